@@ -1,0 +1,280 @@
+"""The Device API that kernels drive: registers, memories, command streams, completion.
+
+Runs inside the simulator process (under cocotb). Kernels write operands into the SRAMs
+through simulator handles (the backdoor: no simulated time, a few microseconds of wall time per
+word), push their whole command stream into the command ring, ring the doorbell once and then
+await completion: the simulator runs free until the chip raises ``idle`` or the watchdog's
+cycle budget runs out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from rtl.config import ChipConfig
+from rtl.csr_map import ID_MAGIC, PERF_COUNTERS, REG, MemRegion
+from rtl.isa import COMMAND_BITS, ErrCode, Opcode, pack_command, unpack_command
+
+from .testbench import Testbench
+
+__all__ = ["Device", "DeviceTimeout", "DeviceError", "PerfSnapshot", "REVISION_NAMES"]
+
+REVISION_NAMES = {0xA0: "A0", 0xA1: "A1", 0xB0: "B0"}
+
+
+class DeviceError(RuntimeError):
+    """The chip reported an error (ERR != 0) where none was expected."""
+
+
+class DeviceTimeout(RuntimeError):
+    """The chip did not finish within its cycle budget. The message carries a register dump."""
+
+    def __init__(self, message: str, dump: dict):
+        super().__init__(message)
+        self.dump = dump
+
+
+@dataclass(frozen=True)
+class PerfSnapshot:
+    counters: dict[str, int]
+
+    def __sub__(self, other: "PerfSnapshot") -> dict[str, int]:
+        return {k: self.counters[k] - other.counters[k] for k in self.counters}
+
+
+@dataclass
+class HostTiming:
+    """Wall time split: inside awaits that let the simulator run vs everything else (Python)."""
+
+    sim_s: float = 0.0
+    start: float = field(default_factory=time.perf_counter)
+
+    def total(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def caps_to_config(caps0: int, caps1: int) -> ChipConfig:
+    f0 = {f.name: f.get(caps0) for f in REG["CAPS0"].fields}
+    f1 = {f.name: f.get(caps1) for f in REG["CAPS1"].fields}
+    return ChipConfig(
+        rows=f0["rows"],
+        cols=f0["cols"],
+        lanes=f0["lanes"],
+        operand_depth=1 << f1["log2_operand_depth"],
+        acc_depth=1 << f1["log2_acc_depth"],
+        cmd_fifo_depth=f1["cmd_fifo_depth"],
+        cmdq_depth=1 << f1["log2_cmdq_depth"],
+    )
+
+
+class Device:
+    """An opened chip. Use ``dev = await Device.open(tb)``.
+
+    Attributes
+    ----------
+    config : ChipConfig
+        Discovered from the CAPS registers.
+    revision : str
+        From the REV register ("A0", ...), or ``"unknown(0x..)"``.
+    """
+
+    HISTORY = 16  # commands kept for the watchdog's diagnosis
+
+    def __init__(self, tb: Testbench):
+        self.tb = tb
+        self.timing = HostTiming()
+        self._tail = 0
+        self.history: deque[tuple[int, dict]] = deque(maxlen=self.HISTORY)
+        self.config: ChipConfig | None = None
+        self.rev_code = 0
+        self._mems = {}
+
+    @classmethod
+    async def open(cls, tb: Testbench, reset: bool = True) -> "Device":
+        dev = cls(tb)
+        if reset:
+            await dev._timed(tb.reset())
+        ident = await dev.read_csr("ID")
+        if ident != ID_MAGIC:
+            raise DeviceError(f"ID register reads 0x{ident:08x}, expected 0x{ID_MAGIC:08x}: not a firstlight chip or the bus is broken")
+        dev.rev_code = await dev.read_csr("REV")
+        dev.config = caps_to_config(await dev.read_csr("CAPS0"), await dev.read_csr("CAPS1"))
+        chip = tb.chip
+        dev._mems = {
+            MemRegion.A: chip.a_sram,
+            MemRegion.B: chip.b_sram,
+            MemRegion.ACC: chip.acc_sram,
+            MemRegion.CMDQ: chip.cmdq_sram,
+        }
+        dev._tail = await dev.read_csr("CMDQ_TAIL")
+        return dev
+
+    @property
+    def revision(self) -> str:
+        return REVISION_NAMES.get(self.rev_code, f"unknown(0x{self.rev_code:02x})")
+
+    async def _timed(self, awaitable):
+        t0 = time.perf_counter()
+        try:
+            return await awaitable
+        finally:
+            self.timing.sim_s += time.perf_counter() - t0
+
+    # ---- registers ---------------------------------------------------------------------------
+    @staticmethod
+    def _addr(reg: str | int) -> int:
+        if isinstance(reg, int):
+            return reg
+        try:
+            return REG[reg].addr
+        except KeyError:
+            raise KeyError(f"no CSR named {reg!r}; known: {', '.join(REG)}") from None
+
+    async def read_csr(self, reg: str | int) -> int:
+        return await self._timed(self.tb.transfer(self._addr(reg)))
+
+    async def write_csr(self, reg: str | int, value: int) -> None:
+        await self._timed(self.tb.transfer(self._addr(reg), value, write=True))
+
+    async def read_perf(self) -> PerfSnapshot:
+        """Read every 64-bit perf counter (LO first: that latches HI)."""
+        out = {}
+        for name in PERF_COUNTERS:
+            lo = await self.read_csr(f"{name}_LO")
+            hi = await self.read_csr(f"{name}_HI")
+            out[name] = (hi << 32) | lo
+        return PerfSnapshot(out)
+
+    # ---- memories: backdoor through simulator handles ------------------------------------
+    def mem_depth(self, region: int) -> int:
+        c = self.config
+        return {MemRegion.A: c.operand_depth, MemRegion.B: c.operand_depth, MemRegion.ACC: c.acc_depth,
+                MemRegion.CMDQ: c.cmdq_depth}[region]
+
+    def _check_range(self, region: int, start: int, count: int) -> None:
+        depth = self.mem_depth(region)
+        if start < 0 or count < 0 or start + count > depth:
+            raise IndexError(f"words [{start}, {start + count}) are outside SRAM region {region} of depth {depth}")
+
+    def load_words(self, region: int, start: int, words: Iterable[int]) -> int:
+        """Backdoor-write whole SRAM words starting at ``start``; returns the count written.
+
+        Only call this while the chip is idle: the write bypasses the chip's ports.
+        """
+        words = list(words)
+        self._check_range(region, start, len(words))
+        mem = self._mems[region]
+        for i, w in enumerate(words):
+            mem[start + i].value = int(w)
+        return len(words)
+
+    def read_words(self, region: int, start: int, count: int) -> list[int]:
+        """Backdoor-read whole SRAM words."""
+        self._check_range(region, start, count)
+        mem = self._mems[region]
+        return [int(mem[start + i].value) for i in range(count)]
+
+    # ---- memories: front door through the MEM_ADDR/MEM_DATA window ------------------------
+    async def window_write(self, region: int, chunk: int, values: Sequence[int]) -> None:
+        await self.write_csr("MEM_ADDR", (region << 28) | chunk)
+        for v in values:
+            await self.write_csr("MEM_DATA", v)
+
+    async def window_read(self, region: int, chunk: int, count: int) -> list[int]:
+        await self.write_csr("MEM_ADDR", (region << 28) | chunk)
+        return [await self.read_csr("MEM_DATA") for _ in range(count)]
+
+    # ---- command stream ---------------------------------------------------------------------
+    async def submit(self, commands: Sequence[int], budget_cycles: int | None = None) -> None:
+        """Write ``commands`` into the ring and ring the doorbell.
+
+        A stream longer than the ring goes in pieces; before each further piece the chip must
+        drain the previous one (waited for with the watchdog). Returns as soon as the last piece
+        is queued: call :meth:`wait_idle` to wait for completion.
+        """
+        depth = self.config.cmdq_depth
+        piece = depth - 1
+        for start in range(0, len(commands), piece):
+            chunk = commands[start : start + piece]
+            if start:
+                await self.wait_idle(budget_cycles)
+            first = self._tail
+            n1 = min(len(chunk), depth - first)
+            self.load_words(MemRegion.CMDQ, first, chunk[:n1])
+            if n1 < len(chunk):
+                self.load_words(MemRegion.CMDQ, 0, chunk[n1:])
+            for c in chunk[-self.HISTORY :]:
+                self.history.append((c, unpack_command(c)))
+            self._tail = (first + len(chunk)) % depth
+            await self.write_csr("CMDQ_TAIL", self._tail)
+
+    async def run(self, commands: Sequence[int], budget_cycles: int | None = None) -> None:
+        await self.submit(commands, budget_cycles)
+        await self.wait_idle(budget_cycles)
+
+    def default_budget(self) -> int:
+        return 1_000_000
+
+    async def wait_idle(self, budget_cycles: int | None = None) -> None:
+        """Wait for the chip to go idle; on watchdog expiry raise :class:`DeviceTimeout`."""
+        budget = self.default_budget() if budget_cycles is None else budget_cycles
+        ok = await self._timed(self.tb.wait_signal_high(self.tb.dut.idle, budget))
+        if not ok:
+            dump = await self.dump_state()
+            raise DeviceTimeout(
+                f"watchdog: the chip did not go idle within {budget} cycles\n" + self.format_dump(dump), dump
+            )
+
+    async def dump_state(self) -> dict:
+        names = ["STATUS", "ERR", "ERR_CMD0", "ERR_CMD1", "ERR_CMD2", "ERR_CMD3", "ERR_COUNT",
+                 "DONE_COUNT", "CMDQ_HEAD", "CMDQ_TAIL"]
+        regs = {}
+        for n in names:
+            try:
+                regs[n] = await self.read_csr(n)
+            except Exception as e:  # a dead bus must not hide the rest of the diagnosis
+                regs[n] = f"unreadable: {e}"
+        return {"registers": regs, "last_commands": [fields for _, fields in self.history]}
+
+    @staticmethod
+    def format_dump(dump: dict) -> str:
+        lines = []
+        regs = dump["registers"]
+        for n, v in regs.items():
+            if isinstance(v, int):
+                extra = ""
+                if n == "STATUS":
+                    extra = "  " + ", ".join(f"{f.name}={f.get(v)}" for f in REG["STATUS"].fields)
+                elif n == "ERR":
+                    try:
+                        extra = f"  ({ErrCode(v).name})"
+                    except ValueError:
+                        extra = "  (unknown code)"
+                lines.append(f"  {n:<11} = 0x{v:08x}{extra}")
+            else:
+                lines.append(f"  {n:<11} = {v}")
+        lines.append("  last commands queued (oldest first):")
+        for f in dump["last_commands"]:
+            try:
+                op = Opcode(f["opcode"]).name
+            except ValueError:
+                op = f"0x{f['opcode']:02x}"
+            lines.append(f"    {op:<7} " + " ".join(f"{k}={v}" for k, v in f.items() if k != "opcode"))
+        return "\n".join(lines)
+
+    async def check_no_error(self) -> None:
+        err = await self.read_csr("ERR")
+        if err:
+            dump = await self.dump_state()
+            try:
+                name = ErrCode(err).name
+            except ValueError:
+                name = "unknown"
+            raise DeviceError(f"chip reports ERR={err} ({name})\n" + self.format_dump(dump))
+
+
+def command_words(cmd: int) -> list[int]:
+    return [(cmd >> (32 * i)) & 0xFFFFFFFF for i in range(COMMAND_BITS // 32)]

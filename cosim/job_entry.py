@@ -1,0 +1,59 @@
+"""cocotb test module that runs one firstlight job inside the simulator.
+
+The host side (:mod:`cosim.jobs`) writes a job file naming an async function
+``module:function`` and its keyword arguments; this test opens the device, calls
+``await function(dev, emit, **kwargs)`` and appends every record the job emits to a JSON-lines
+file as it goes, so whatever was reported survives a later crash or watchdog expiry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import traceback
+from pathlib import Path
+
+import cocotb
+
+from cosim.device import Device
+from cosim.testbench import Testbench
+
+
+class Emitter:
+    def __init__(self, path: Path):
+        self._f = open(path, "a", buffering=1)
+
+    def __call__(self, record: dict) -> None:
+        self._f.write(json.dumps(record, default=_jsonable) + "\n")
+        self._f.flush()
+
+
+def _jsonable(o):
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:
+        pass
+    return str(o)
+
+
+@cocotb.test()
+async def firstlight_job(dut):
+    spec = json.loads(Path(os.environ["FIRSTLIGHT_JOB"]).read_text())
+    emit = Emitter(Path(spec["records"]))
+    try:
+        mod_name, fn_name = spec["target"].split(":")
+        fn = getattr(importlib.import_module(mod_name), fn_name)
+        tb = Testbench(dut, clock=spec.get("clock", "hdl"))
+        dev = await Device.open(tb)
+        emit({"type": "device", "revision": dev.revision, "config": dev.config.as_dict()})
+        result = await fn(dev, emit, **spec.get("kwargs", {}))
+        emit({"type": "result", "value": result})
+    except Exception as e:
+        emit({"type": "exception", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+        raise

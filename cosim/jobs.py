@@ -1,0 +1,157 @@
+"""Host side of a simulator run: build (cached), launch the simulator, collect the records.
+
+A *job* is an async function ``fn(dev, emit, **kwargs)`` importable as ``"module:function"``;
+it runs inside the simulator against the opened :class:`cosim.device.Device`. Its records come
+back as a list of dicts in the order emitted, including any written before a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .build import TB_TOPLEVEL, Build, Variant, build_simulator, _runner
+from .toolchain import find_simulator
+
+__all__ = ["JobResult", "JobFailed", "run_job", "run_cocotb_module"]
+
+
+class JobFailed(RuntimeError):
+    def __init__(self, message: str, records: list[dict]):
+        super().__init__(message)
+        self.records = records
+
+
+@dataclass
+class JobResult:
+    records: list[dict]
+    build: Build
+    run_s: float  # simulator process wall time, start-up included
+    log: Path
+    waves: Path | None = None
+    value: object = None
+    device: dict = field(default_factory=dict)
+
+
+@contextmanager
+def _outside_pytest():
+    """cocotb's runner sys.exit()s on failures when it sees PYTEST_CURRENT_TEST; we report ourselves."""
+    saved = os.environ.pop("PYTEST_CURRENT_TEST", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = saved
+
+
+def _launch(build: Build, test_module: str, work_dir: Path, extra_env: dict[str, str], waves: bool,
+            seed: int | None = None) -> tuple[Path, Path, float, Exception | None]:
+    info = find_simulator(build.sim)
+    info.apply_env()
+    runner = _runner(info)
+    log = work_dir / "sim.log"
+    results = work_dir / "results.xml"
+    env = {"COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"), **extra_env}
+    t0 = time.perf_counter()
+    error = None
+    with _outside_pytest():
+        try:
+            runner.test(
+                test_module=test_module,
+                hdl_toplevel=TB_TOPLEVEL,
+                hdl_toplevel_lang="verilog",
+                build_dir=build.build_dir,
+                test_dir=work_dir,
+                results_xml=str(results),
+                extra_env=env,
+                log_file=log,
+                waves=waves,
+                timescale=("1ns", "1ps"),
+                seed=seed,
+            )
+        except (RuntimeError, SystemExit) as e:  # simulator exited non-zero
+            error = e
+    return log, results, time.perf_counter() - t0, error
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def run_job(
+    target: str,
+    kwargs: dict | None = None,
+    *,
+    variant: Variant | None = None,
+    sim: str = "verilator",
+    clock: str = "hdl",
+    waves: bool = False,
+    work_dir: Path | None = None,
+) -> JobResult:
+    """Run one job on a fresh simulator process; raise :class:`JobFailed` if it did not finish."""
+    variant = variant or Variant()
+    build = build_simulator(variant, sim=sim, clock=clock, waves=waves)
+    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="firstlight-"))
+    work.mkdir(parents=True, exist_ok=True)
+    records_path = work / "records.jsonl"
+    records_path.unlink(missing_ok=True)
+    job_file = work / "job.json"
+    job_file.write_text(json.dumps({"target": target, "kwargs": kwargs or {}, "records": str(records_path),
+                                    "clock": clock}))
+    log, _results, run_s, error = _launch(build, "cosim.job_entry", work, {"FIRSTLIGHT_JOB": str(job_file)}, waves)
+    records = []
+    if records_path.exists():
+        records = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
+    wave_file = None
+    if waves:
+        for cand in (work / "dump.vcd", work / f"{TB_TOPLEVEL}.fst"):
+            if cand.exists():
+                wave_file = cand
+    exc = [r for r in records if r.get("type") == "exception"]
+    final = [r for r in records if r.get("type") == "result"]
+    if exc:
+        raise JobFailed(f"job {target} raised {exc[-1]['error']}\n(simulator log: {log})", records)
+    if not final:
+        raise JobFailed(
+            f"job {target} ended without a result (simulator error: {error}); last log lines:\n{_tail(log)}",
+            records,
+        )
+    device = next((r for r in records if r.get("type") == "device"), {})
+    return JobResult(records, build, run_s, log, wave_file, final[-1]["value"], device)
+
+
+def run_cocotb_module(test_module: str, *, variant: Variant | None = None, sim: str = "verilator",
+                      clock: str = "hdl", work_dir: Path, seed: int | None = None,
+                      extra_env: dict[str, str] | None = None) -> dict[str, dict]:
+    """Run every cocotb test in ``test_module`` in one simulator process.
+
+    Returns ``{test name: {"passed": bool, "message": str}}`` parsed from cocotb's results XML,
+    plus the key ``"__log__"`` with the log path. Raises if the simulator produced no results.
+    """
+    variant = variant or Variant()
+    build = build_simulator(variant, sim=sim, clock=clock)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    env = {"FIRSTLIGHT_CLOCK": clock, **(extra_env or {})}
+    log, results, _run_s, error = _launch(build, test_module, work_dir, env, False, seed)
+    if not results.exists():
+        raise RuntimeError(f"{sim} produced no results ({error}); last log lines:\n{_tail(log)}")
+    out: dict[str, dict] = {}
+    for case in ET.parse(results).getroot().iter("testcase"):
+        fail = case.find("failure")
+        err = case.find("error")
+        bad = fail if fail is not None else err
+        msg = ""
+        if bad is not None:
+            msg = (bad.get("message") or "") + "\n" + (bad.text or "")
+        out[case.get("name")] = {"passed": bad is None and case.find("skipped") is None, "message": msg}
+    out["__log__"] = {"passed": True, "message": str(log)}
+    return out

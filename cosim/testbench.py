@@ -1,0 +1,99 @@
+"""The cocotb side of the testbench: clock, reset, and CSR bus transfers on the real simulator.
+
+Runs inside the simulator process. Python wakes a handful of times per bus transfer and once
+per wait for completion; it never runs once per clock cycle.
+"""
+
+from __future__ import annotations
+
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
+
+__all__ = ["Testbench", "BusTimeout", "CLOCK_PERIOD_NS"]
+
+CLOCK_PERIOD_NS = 10  # fixed by cosim/hdl/fl_tb.v
+
+
+class BusTimeout(RuntimeError):
+    """The chip did not answer a CSR transfer in time."""
+
+
+class Testbench:
+    """Owns the DUT handles, the clock and reset.
+
+    Parameters
+    ----------
+    dut : cocotb handle of ``fl_tb``
+    clock : "hdl" or "gpi"
+        Who toggles ``clk``: the Verilog wrapper (default, fastest) or cocotb's
+        ``Clock(impl="gpi")`` (needs a build with ``FL_GPI_CLOCK``).
+    """
+
+    def __init__(self, dut, clock: str = "hdl", bus_timeout_cycles: int = 10_000):
+        self.dut = dut
+        self.clock = clock
+        self.clk = dut.clk
+        self.chip = dut.chip
+        self.bus_timeout_cycles = bus_timeout_cycles
+        self._started = False
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        if self.clock == "gpi":
+            Clock(self.clk, CLOCK_PERIOD_NS, unit="ns", impl="gpi").start()
+        for name in ("csr_we", "csr_re", "csr_addr", "csr_wdata"):
+            getattr(self.dut, name).value = 0
+        self._started = True
+
+    async def reset(self, cycles: int = 4) -> None:
+        await self.start()
+        await FallingEdge(self.clk)
+        self.dut.rst.value = 1
+        await self.wait_cycles(cycles)
+        await FallingEdge(self.clk)
+        self.dut.rst.value = 0
+        await FallingEdge(self.clk)
+
+    async def wait_cycles(self, n: int) -> None:
+        """Let the simulator run ``n`` clock periods without waking Python in between."""
+        if n > 0:
+            await Timer(n * CLOCK_PERIOD_NS, "ns")
+
+    def now_cycles(self) -> int:
+        from cocotb.simtime import get_sim_time
+
+        return int(get_sim_time("ns")) // CLOCK_PERIOD_NS
+
+    async def transfer(self, addr: int, wdata: int = 0, write: bool = False) -> int:
+        """One CSR bus transfer; returns the read data (0 for writes)."""
+        d = self.dut
+        await FallingEdge(self.clk)
+        d.csr_addr.value = addr
+        d.csr_wdata.value = wdata & 0xFFFFFFFF
+        strobe = d.csr_we if write else d.csr_re
+        strobe.value = 1
+        edge = RisingEdge(d.csr_ready)
+        got = await First(edge, Timer(self.bus_timeout_cycles * CLOCK_PERIOD_NS, "ns"))
+        if got is not edge:
+            await FallingEdge(self.clk)
+            strobe.value = 0
+            kind = "write" if write else "read"
+            raise BusTimeout(
+                f"CSR {kind} at address 0x{addr:02x} got no csr_ready within {self.bus_timeout_cycles} "
+                "cycles (a window write into ACC waits while a unit is busy; is the chip hung?)"
+            )
+        await ReadOnly()
+        data = int(d.csr_rdata.value)
+        await FallingEdge(self.clk)
+        strobe.value = 0
+        return data
+
+    async def wait_signal_high(self, signal, budget_cycles: int) -> bool:
+        """Wait until ``signal`` is 1, at most ``budget_cycles``; True if it rose in time."""
+        await ReadOnly()
+        if int(signal.value) == 1:
+            return True
+        edge = RisingEdge(signal)
+        got = await First(edge, Timer(budget_cycles * CLOCK_PERIOD_NS, "ns"))
+        return got is edge

@@ -1,0 +1,341 @@
+"""The chip top: SRAMs, units, command processor, host CSR bus and register file.
+
+Host CSR bus (all signals sampled on the rising clock edge):
+the host drives ``csr_addr``/``csr_wdata`` and holds ``csr_we`` or ``csr_re`` high until it sees
+``csr_ready``; ``csr_ready`` is high for exactly one cycle and ``csr_rdata`` is valid in it. The
+transfer completes on the clock edge where strobe and ``csr_ready`` are both high; a strobe
+still high after that edge starts the next transfer. A transfer has its side effects once. Front-door window writes into the accumulator SRAM
+wait (``csr_ready`` stays low) while the engine or the reduction unit is busy.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, ResetInserter, Signal
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from .cmdproc import CommandProcessor
+from .config import ChipConfig
+from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, MemRegion
+from .engine import MatrixEngine
+from .isa import COMMAND_BITS, ErrCode
+from .reduce import ReductionUnit
+
+__all__ = ["Chip", "REVISION_CODES"]
+
+REVISION_CODES = {"A0": 0xA0, "A1": 0xA1, "B0": 0xB0}
+
+
+def _log2(n: int) -> int:
+    return (n - 1).bit_length()
+
+
+class Chip(wiring.Component):
+    """The whole accelerator.
+
+    Parameters
+    ----------
+    config : ChipConfig
+    revision : str
+        Silicon revision name; selects the REV code (and, with errata, the defects).
+
+    Attributes
+    ----------
+    sram_names : dict
+        Memory submodule names for backdoor access: ``{"A": "a_sram", ...}``.
+    """
+
+    sram_names = {"A": "a_sram", "B": "b_sram", "ACC": "acc_sram", "CMDQ": "cmdq_sram"}
+
+    def __init__(self, config: ChipConfig | None = None, revision: str = "A0", faults: tuple[str, ...] = ()):
+        config = ChipConfig() if config is None else config
+        if not isinstance(config, ChipConfig):
+            raise TypeError(f"config must be a ChipConfig, not {config!r}")
+        if revision not in REVISION_CODES:
+            raise ValueError(f"unknown revision {revision!r}; known revisions: {', '.join(REVISION_CODES)}")
+        if faults:
+            raise ValueError(f"fault injection is not available in this build; got {list(faults)}")
+        self.config = config
+        self.revision = revision
+        self.faults = tuple(faults)
+        super().__init__(
+            {
+                "csr_addr": In(CSR_ADDR_BITS),
+                "csr_wdata": In(32),
+                "csr_we": In(1),
+                "csr_re": In(1),
+                "csr_rdata": Out(32),
+                "csr_ready": Out(1),
+                "irq": Out(1),
+                "idle": Out(1),
+            }
+        )
+
+    def region_words(self) -> dict[int, tuple[int, int]]:
+        """Window region -> (depth in words, 32-bit chunks per word)."""
+        c = self.config
+        return {
+            MemRegion.A: (c.operand_depth, max(1, c.a_word_bits // 32)),
+            MemRegion.B: (c.operand_depth, max(1, c.b_word_bits // 32)),
+            MemRegion.ACC: (c.acc_depth, c.acc_word_bits // 32),
+            MemRegion.CMDQ: (c.cmdq_depth, COMMAND_BITS // 32),
+        }
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        soft_rst = Signal()
+
+        # ---- units (soft reset clears their state; memory contents survive) ---------------
+        engine = MatrixEngine(cfg)
+        reducer = ReductionUnit(cfg)
+        cmdp = CommandProcessor(cfg)
+        m.submodules.engine = ResetInserter(soft_rst)(engine)
+        m.submodules.reducer = ResetInserter(soft_rst)(reducer)
+        m.submodules.cmdproc = ResetInserter(soft_rst)(cmdp)
+
+        # ---- SRAMs ---------------------------------------------------------------------
+        def make_sram(name, width, depth):
+            gran = 32 if width > 32 else None
+            mem = memory.Memory(shape=width, depth=depth, init=[])
+            m.submodules[name] = mem
+            wp = mem.write_port(granularity=gran) if gran else mem.write_port()
+            return mem, wp
+
+        a_mem, a_wp = make_sram("a_sram", cfg.a_word_bits, cfg.operand_depth)
+        b_mem, b_wp = make_sram("b_sram", cfg.b_word_bits, cfg.operand_depth)
+        acc_mem, acc_wp = make_sram("acc_sram", cfg.acc_word_bits, cfg.acc_depth)
+        q_mem, q_wp = make_sram("cmdq_sram", COMMAND_BITS, cfg.cmdq_depth)
+
+        a_rp_eng, b_rp_eng = a_mem.read_port(), b_mem.read_port()
+        acc_rp_eng, acc_rp_red = acc_mem.read_port(), acc_mem.read_port()
+        q_rp_fetch = q_mem.read_port()
+        win_rp = {
+            MemRegion.A: a_mem.read_port(),
+            MemRegion.B: b_mem.read_port(),
+            MemRegion.ACC: acc_mem.read_port(),
+            MemRegion.CMDQ: q_mem.read_port(),
+        }
+        win_wp = {MemRegion.A: a_wp, MemRegion.B: b_wp, MemRegion.CMDQ: q_wp}
+
+        m.d.comb += [
+            a_rp_eng.addr.eq(engine.a_rd_addr),
+            engine.a_rd_data.eq(a_rp_eng.data),
+            b_rp_eng.addr.eq(engine.b_rd_addr),
+            engine.b_rd_data.eq(b_rp_eng.data),
+            acc_rp_eng.addr.eq(engine.acc_rd_addr),
+            engine.acc_rd_data.eq(acc_rp_eng.data),
+            acc_rp_red.addr.eq(reducer.acc_rd_addr),
+            reducer.acc_rd_data.eq(acc_rp_red.data),
+            q_rp_fetch.addr.eq(cmdp.cmdq_rd_addr),
+            cmdp.cmdq_rd_data.eq(q_rp_fetch.data),
+        ]
+
+        # ---- command processor <-> units -------------------------------------------------
+        m.d.comb += [
+            engine.start.eq(cmdp.mm_start),
+            engine.a_addr.eq(cmdp.mm_a),
+            engine.b_addr.eq(cmdp.mm_b),
+            engine.c_addr.eq(cmdp.mm_c),
+            engine.k.eq(cmdp.mm_k),
+            engine.accumulate.eq(cmdp.mm_acc),
+            cmdp.mm_feed_ready.eq(engine.feed_ready),
+            cmdp.mm_busy.eq(engine.busy),
+            reducer.start.eq(cmdp.rd_start),
+            reducer.op.eq(cmdp.rd_op),
+            reducer.src.eq(cmdp.rd_src),
+            reducer.count.eq(cmdp.rd_count),
+            reducer.dst.eq(cmdp.rd_dst),
+            cmdp.rd_busy.eq(reducer.busy),
+        ]
+        units_busy = engine.busy | reducer.busy
+
+        # ---- host CSR bus FSM ----------------------------------------------------------
+        irq_en = Signal()
+        scratch = Signal(32)
+        tail = Signal(16)
+        mem_addr = Signal(32)
+        irq_status = Signal(2)
+        rdata = Signal(32)
+        req_addr = Signal(CSR_ADDR_BITS)
+        req_wdata = Signal(32)
+        req_write = Signal()
+        perf = {name: Signal(64, name=f"perf_{name.lower()}") for name in PERF_COUNTERS}
+        perf_hi = {name: Signal(32, name=f"perf_{name.lower()}_hi") for name in PERF_COUNTERS}
+        clear_perf = Signal()
+        clear_err = Signal()
+        win_err = Signal()
+
+        region = mem_addr[28:32]
+        chunk = mem_addr[0:28]
+        regions = self.region_words()
+        win_word = Signal(28)
+        win_sub = Signal(3)
+        win_ok = Signal()
+        for r, (depth, chunks) in regions.items():
+            with m.If(region == r):
+                sub_bits = _log2(chunks)
+                m.d.comb += [
+                    win_word.eq(chunk >> sub_bits),
+                    win_sub.eq(chunk & (chunks - 1)),
+                    win_ok.eq((chunk >> sub_bits) < depth),
+                ]
+        for r, rp in win_rp.items():
+            m.d.comb += rp.addr.eq(win_word)
+        win_rdata = Signal(32)
+        win_region_q = Signal(4)
+        win_sub_q = Signal(3)
+        for r, rp in win_rp.items():
+            with m.If(win_region_q == r):
+                m.d.comb += win_rdata.eq(rp.data.word_select(win_sub_q, 32) if len(rp.data) > 32 else rp.data)
+
+        # ACC write port: engine, then reducer, then the window (only while both idle).
+        acc_win_we = Signal()
+        with m.If(engine.acc_wr_en):
+            m.d.comb += [acc_wp.addr.eq(engine.acc_wr_addr), acc_wp.data.eq(engine.acc_wr_data),
+                         acc_wp.en.eq(-1)]
+        with m.Elif(reducer.acc_wr_en):
+            m.d.comb += [acc_wp.addr.eq(reducer.acc_wr_addr), acc_wp.data.eq(reducer.acc_wr_data),
+                         acc_wp.en.eq(-1)]
+        with m.Elif(acc_win_we):
+            m.d.comb += [acc_wp.addr.eq(win_word), acc_wp.data.eq(req_wdata.replicate(cfg.lanes)),
+                         acc_wp.en.eq(1 << win_sub)]
+
+        with m.FSM(name="csr_bus"):
+            with m.State("IDLE"):
+                with m.If(self.csr_we | self.csr_re):
+                    m.d.sync += [req_addr.eq(self.csr_addr), req_wdata.eq(self.csr_wdata),
+                                 req_write.eq(self.csr_we)]
+                    m.next = "ACCESS"
+            with m.State("ACCESS"):
+                is_mem = req_addr == REG["MEM_DATA"].addr
+                with m.If(is_mem & ~win_ok):
+                    m.d.comb += win_err.eq(1)
+                    m.d.sync += [rdata.eq(0), mem_addr.eq(mem_addr + 1)]
+                    m.next = "ACK"
+                with m.Elif(is_mem & req_write):
+                    with m.If(region == MemRegion.ACC):
+                        with m.If(~units_busy):
+                            m.d.comb += acc_win_we.eq(1)
+                            m.d.sync += mem_addr.eq(mem_addr + 1)
+                            m.next = "ACK"
+                    with m.Else():
+                        for r, wp in win_wp.items():
+                            with m.If(region == r):
+                                data_w = len(wp.data)
+                                m.d.comb += [wp.addr.eq(win_word),
+                                             wp.data.eq(req_wdata.replicate(max(1, data_w // 32))),
+                                             wp.en.eq(1 << win_sub if data_w > 32 else -1)]
+                        m.d.sync += mem_addr.eq(mem_addr + 1)
+                        m.next = "ACK"
+                with m.Elif(is_mem):
+                    m.d.sync += [win_region_q.eq(region), win_sub_q.eq(win_sub), mem_addr.eq(mem_addr + 1)]
+                    m.next = "MEMREAD"
+                with m.Else():
+                    self._register_access(m, cfg, req_addr, req_write, req_wdata, rdata, locals())
+                    m.next = "ACK"
+            with m.State("MEMREAD"):
+                m.d.sync += rdata.eq(win_rdata)
+                m.next = "ACK"
+            with m.State("ACK"):
+                m.d.comb += self.csr_ready.eq(1)
+                m.next = "IDLE"
+        m.d.comb += self.csr_rdata.eq(rdata)
+
+        m.d.comb += [
+            cmdp.tail.eq(tail),
+            cmdp.clear_err.eq(clear_err),
+            cmdp.ext_err_stb.eq(win_err),
+            cmdp.ext_err_code.eq(ErrCode.WINDOW_RANGE),
+            cmdp.ext_err_info.eq(mem_addr),
+        ]
+        with m.If(soft_rst):
+            m.d.sync += tail.eq(0)
+
+        # ---- perf counters --------------------------------------------------------------
+        increments = {
+            "CYCLES": 1,
+            "ENGINE_BUSY": engine.busy,
+            "MACS": engine.feeding * (cfg.rows * cfg.cols),
+            "REDUCE_BUSY": reducer.busy,
+            "STALLS": cmdp.stall,
+        }
+        for name, inc in increments.items():
+            with m.If(clear_perf):
+                m.d.sync += perf[name].eq(0)
+            with m.Else():
+                m.d.sync += perf[name].eq(perf[name] + inc)
+
+        # ---- idle, irq --------------------------------------------------------------------
+        idle_q = Signal()
+        m.d.sync += idle_q.eq(cmdp.idle)
+        m.d.comb += self.idle.eq(cmdp.idle)
+        with m.If(cmdp.idle & ~idle_q):
+            m.d.sync += irq_status[0].eq(1)
+        with m.If(cmdp.err_event):
+            m.d.sync += irq_status[1].eq(1)
+        m.d.comb += self.irq.eq(irq_en & (irq_status != 0))
+
+        self._status = dict(engine=engine, reducer=reducer, cmdp=cmdp)
+        return m
+
+    def _register_access(self, m, cfg, addr, write, wdata, rdata, env):
+        """Read mux and write side effects of the plain registers (everything but MEM_DATA)."""
+        cmdp, engine, reducer = env["cmdp"], env["engine"], env["reducer"]
+        perf, perf_hi = env["perf"], env["perf_hi"]
+        caps0 = cfg.rows | (cfg.cols << 8) | (cfg.lanes << 16) | (0x01 << 24)
+        caps1 = (_log2(cfg.operand_depth) | (_log2(cfg.acc_depth) << 8)
+                 | (cfg.cmd_fifo_depth << 16) | (_log2(cfg.cmdq_depth) << 24))
+        status = Cat(
+            ~cmdp.idle, engine.busy, reducer.busy, cmdp.err_code != 0, cmdp.idle, Const(0, 3),
+            cmdp.fifo_level,
+        )
+        ro = {
+            "ID": Const(ID_MAGIC, 32),
+            "REV": Const(REVISION_CODES[self.revision], 32),
+            "CAPS0": Const(caps0, 32),
+            "CAPS1": Const(caps1, 32),
+            "STATUS": status,
+            "ERR": cmdp.err_code,
+            "ERR_CMD0": cmdp.err_cmd[0:32],
+            "ERR_CMD1": cmdp.err_cmd[32:64],
+            "ERR_CMD2": cmdp.err_cmd[64:96],
+            "ERR_CMD3": cmdp.err_cmd[96:128],
+            "ERR_COUNT": cmdp.err_count,
+            "DONE_COUNT": cmdp.done_count,
+            "CMDQ_HEAD": cmdp.head,
+            "CTRL": Cat(Const(0, 1), env["irq_en"]),
+            "SCRATCH": env["scratch"],
+            "CMDQ_TAIL": env["tail"],
+            "MEM_ADDR": env["mem_addr"],
+            "IRQ_STATUS": env["irq_status"],
+        }
+        for name in PERF_COUNTERS:
+            ro[f"{name}_LO"] = perf[name][0:32]
+            ro[f"{name}_HI"] = perf_hi[name]
+        with m.Switch(addr):
+            for name, value in ro.items():
+                with m.Case(REG[name].addr):
+                    m.d.sync += rdata.eq(value)
+                    if name.endswith("_LO"):
+                        with m.If(~write):
+                            m.d.sync += perf_hi[name[:-3]].eq(perf[name[:-3]][32:64])
+            with m.Default():
+                m.d.sync += rdata.eq(0)
+        with m.If(write):
+            with m.Switch(addr):
+                with m.Case(REG["CTRL"].addr):
+                    m.d.comb += [
+                        env["soft_rst"].eq(wdata[0]),
+                        env["clear_err"].eq(wdata[2]),
+                        env["clear_perf"].eq(wdata[3]),
+                    ]
+                    m.d.sync += env["irq_en"].eq(wdata[1])
+                with m.Case(REG["SCRATCH"].addr):
+                    m.d.sync += env["scratch"].eq(wdata)
+                with m.Case(REG["CMDQ_TAIL"].addr):
+                    m.d.sync += env["tail"].eq(wdata[:16])
+                with m.Case(REG["MEM_ADDR"].addr):
+                    m.d.sync += env["mem_addr"].eq(wdata)
+                with m.Case(REG["IRQ_STATUS"].addr):
+                    m.d.sync += env["irq_status"].eq(env["irq_status"] & ~wdata[:2])

@@ -1,0 +1,120 @@
+"""The chip's build-time parameters.
+
+One frozen :class:`ChipConfig` describes a chip variant. The RTL is elaborated from it, the
+``CAPS`` registers publish it, and software discovers it from those registers instead of
+hard-coding it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ChipConfig"]
+
+_POW2_DIMS = (2, 4, 8, 16)
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and (n & (n - 1)) == 0
+
+
+@dataclass(frozen=True)
+class ChipConfig:
+    """Parameters of one chip variant.
+
+    Parameters
+    ----------
+    rows, cols : int
+        PEs in the systolic array (peak ``rows * cols`` int8 MACs per cycle). One of 2, 4, 8, 16.
+    lanes : int or None
+        int32 lanes in one accumulator word. An accumulator word holds one row of a C tile, so
+        it must equal ``cols``; ``None`` means ``cols``.
+    operand_depth : int
+        Words in each of the A and B operand SRAMs (power of two, 16..65536).
+    acc_depth : int
+        Words in the accumulator SRAM (power of two, 16..65536).
+    cmd_fifo_depth : int
+        Commands the command processor prefetches ahead of execution (2..256).
+    cmdq_depth : int
+        Entries in the command ring in memory (power of two, 4..65536).
+    """
+
+    rows: int = 4
+    cols: int = 4
+    lanes: int | None = None
+    operand_depth: int = 1024
+    acc_depth: int = 1024
+    cmd_fifo_depth: int = 16
+    cmdq_depth: int = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("rows", "cols"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v not in _POW2_DIMS:
+                raise ValueError(f"{name} must be one of {_POW2_DIMS}, not {v!r}")
+        if self.lanes is None:
+            object.__setattr__(self, "lanes", self.cols)
+        if self.lanes != self.cols:
+            raise ValueError(
+                f"lanes must equal cols ({self.cols}): an accumulator word holds one row of a "
+                f"C tile; got lanes={self.lanes!r}"
+            )
+        for name, lo, hi in (
+            ("operand_depth", 16, 65536),
+            ("acc_depth", 16, 65536),
+            ("cmdq_depth", 4, 65536),
+        ):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not _is_pow2(v) or not lo <= v <= hi:
+                raise ValueError(f"{name} must be a power of two in [{lo}, {hi}], not {v!r}")
+        v = self.cmd_fifo_depth
+        if not isinstance(v, int) or isinstance(v, bool) or not 2 <= v <= 256:
+            raise ValueError(f"cmd_fifo_depth must be an integer in [2, 256], not {v!r}")
+        if self.acc_depth < self.rows:
+            raise ValueError(f"acc_depth ({self.acc_depth}) must hold one C tile ({self.rows} words)")
+
+    # Derived widths, used by the RTL and the software alike.
+    @property
+    def operand_word_bits(self) -> int:
+        """Bits in one A word (``rows`` int8) -- B words are padded to the same width."""
+        return 8 * max(self.rows, self.cols)
+
+    @property
+    def a_word_bits(self) -> int:
+        return 8 * self.rows
+
+    @property
+    def b_word_bits(self) -> int:
+        return 8 * self.cols
+
+    @property
+    def acc_word_bits(self) -> int:
+        return 32 * self.lanes
+
+    @property
+    def peak_macs_per_cycle(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def min_matmul_cycles(self) -> int:
+        """A MATMUL occupies the operand feed for at least this many cycles (see docs/chip.md)."""
+        return max(self.rows, self.cols)
+
+    @classmethod
+    def parse_array(cls, text: str, **kwargs: int) -> "ChipConfig":
+        """Build a config from an ``ROWSxCOLS`` string such as ``"8x8"``."""
+        parts = text.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"array must look like ROWSxCOLS (e.g. 4x4, 8x8), not {text!r}")
+        return cls(rows=int(parts[0]), cols=int(parts[1]), **kwargs)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "rows": self.rows,
+            "cols": self.cols,
+            "lanes": int(self.lanes),
+            "operand_depth": self.operand_depth,
+            "acc_depth": self.acc_depth,
+            "cmd_fifo_depth": self.cmd_fifo_depth,
+            "cmdq_depth": self.cmdq_depth,
+        }

@@ -1,0 +1,112 @@
+"""The reduction unit: REDUCE(op, src, count, dst) over accumulator words.
+
+Each cycle one accumulator word (LANES x int32) is read; a pipelined binary tree combines its
+lanes (one register stage per tree level), and a final stage folds the tree outputs of all
+``count`` words into one int32. The result goes to lane 0 of word ``dst``; the other lanes of
+``dst`` are written with zero.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import ChipConfig
+from .isa import ReduceOp
+
+__all__ = ["ReductionUnit"]
+
+
+def _combine(op: Signal, x, y):
+    """One tree node: SUM wraps, MAX/MIN compare as signed int32."""
+    xs, ys = x.as_signed(), y.as_signed()
+    return Mux(op == ReduceOp.SUM, (x + y)[:32], Mux(op == ReduceOp.MAX, Mux(xs > ys, x, y), Mux(xs < ys, x, y)))
+
+
+class ReductionUnit(wiring.Component):
+    """Pipelined lane-tree reduction over consecutive accumulator words.
+
+    Members
+    -------
+    start : In(1)
+        Accept the REDUCE on ``op``, ``src``, ``count``, ``dst`` (only while not ``busy``).
+    busy : Out(1)
+        From ``start`` until the result is written.
+    """
+
+    def __init__(self, config: ChipConfig):
+        self.config = config
+        cw = (config.acc_depth - 1).bit_length()
+        super().__init__(
+            {
+                "start": In(1),
+                "op": In(2),
+                "src": In(16),
+                "count": In(16),
+                "dst": In(16),
+                "busy": Out(1),
+                "acc_rd_addr": Out(cw),
+                "acc_rd_data": In(config.acc_word_bits),
+                "acc_wr_addr": Out(cw),
+                "acc_wr_data": Out(config.acc_word_bits),
+                "acc_wr_en": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self.config.lanes
+        levels = (lanes - 1).bit_length()
+
+        op = Signal(2)
+        ptr = Signal(16)
+        left = Signal(17)
+        dst = Signal(16)
+        running = Signal()
+        count = Signal(16)
+
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [
+                op.eq(self.op), ptr.eq(self.src), left.eq(self.count), count.eq(self.count),
+                dst.eq(self.dst), running.eq(1),
+            ]
+
+        issue = Signal()
+        m.d.comb += [issue.eq(running & (left != 0)), self.acc_rd_addr.eq(ptr)]
+        with m.If(issue):
+            m.d.sync += [ptr.eq(ptr + 1), left.eq(left - 1)]
+
+        # valid/first/last travel beside the data through the tree levels.
+        v = Signal()
+        first = Signal()
+        last = Signal()
+        m.d.sync += [v.eq(issue), first.eq(issue & (left == count)), last.eq(issue & (left == 1))]
+        # tree
+        cur = [self.acc_rd_data.word_select(j, 32) for j in range(lanes)]
+        cv, cf, cl = v, first, last
+        for lvl in range(levels):
+            nxt = []
+            for p in range(len(cur) // 2):
+                s = Signal(32, name=f"tree_{lvl}_{p}")
+                m.d.sync += s.eq(_combine(op, cur[2 * p], cur[2 * p + 1]))
+                nxt.append(s)
+            nv, nf, nl = Signal(name=f"tv_{lvl}"), Signal(name=f"tf_{lvl}"), Signal(name=f"tl_{lvl}")
+            m.d.sync += [nv.eq(cv), nf.eq(cf), nl.eq(cl)]
+            cur, cv, cf, cl = nxt, nv, nf, nl
+        word_result = cur[0]
+
+        total = Signal(32)
+        done = Signal()
+        with m.If(cv):
+            m.d.sync += total.eq(Mux(cf, word_result, _combine(op, total, word_result)))
+        m.d.sync += done.eq(cv & cl)
+        m.d.comb += [
+            self.acc_wr_en.eq(done),
+            self.acc_wr_addr.eq(dst),
+            self.acc_wr_data.eq(Cat(total, Const(0, 32 * (lanes - 1)))),
+        ]
+        with m.If(done):
+            m.d.sync += running.eq(0)
+        m.d.comb += self.busy.eq(running)
+        return m
