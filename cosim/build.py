@@ -66,9 +66,10 @@ class Build:
     build_dir: Path
     verilog: Path
     cache_hit: bool
-    build_s: float
+    build_s: float  # this call: a cache lookup when cache_hit
     elaborate_s: float
     verilog_cache_hit: bool
+    first_build_s: float | None = None  # recorded when the cached build was made
 
 
 def _sha(*parts: bytes | str) -> str:
@@ -157,8 +158,6 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
     verilog_path, v_hit, elab_s = generate_verilog(variant)
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     args = list(VERILATOR_ARGS) if sim == "verilator" else []
-    if waves:
-        args += ["--trace"] if sim == "verilator" else []
     key = _sha(verilog_path.read_bytes(), tb, sim, info.version, cocotb.__version__, clock, json.dumps(args),
                str(waves))
     build_dir = cache_root() / "sim" / f"{sim}-{key}"
@@ -185,5 +184,10 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
                     log_file=build_dir / "build.log",
                     always=True,
                 )
-                marker.write_text(json.dumps({"variant": variant.describe(), "sim": sim, "clock": clock}))
-    return Build(variant, sim, clock, build_dir, verilog_path, hit, time.perf_counter() - t0, elab_s, v_hit)
+                marker.write_text(json.dumps({"variant": variant.describe(), "sim": sim, "clock": clock,
+                                              "build_s": time.perf_counter() - t0}))
+    try:
+        first = json.loads(marker.read_text()).get("build_s")
+    except (OSError, ValueError):
+        first = None
+    return Build(variant, sim, clock, build_dir, verilog_path, hit, time.perf_counter() - t0, elab_s, v_hit, first)

@@ -90,10 +90,15 @@ class Testbench:
         return data
 
     async def wait_signal_high(self, signal, budget_cycles: int) -> bool:
-        """Wait until ``signal`` is 1, at most ``budget_cycles``; True if it rose in time."""
+        """Wait until ``signal`` is 1, at most ``budget_cycles``; True if it rose in time.
+
+        Returns at a falling clock edge, where the caller may write handles again.
+        """
         await ReadOnly()
         if int(signal.value) == 1:
+            await FallingEdge(self.clk)
             return True
         edge = RisingEdge(signal)
         got = await First(edge, Timer(budget_cycles * CLOCK_PERIOD_NS, "ns"))
+        await FallingEdge(self.clk)
         return got is edge

@@ -1,0 +1,25 @@
+"""Independent numpy reference models ("goldens") written from the hardware spec.
+
+Depends on numpy only. Public API:
+
+* :func:`gemm_int8`, :func:`gemm_int8_accumulate` -- int8 GEMM, wrapping int32 accumulator.
+* :func:`reduce_rows`, :func:`wrap_int32`, :data:`REDUCE_OPS` -- int32 row reductions.
+* :func:`sqnr_db`, :func:`ulp_distance`, :func:`max_abs_error` -- accuracy metrics.
+"""
+
+from __future__ import annotations
+
+from .int_gemm import gemm_int8, gemm_int8_accumulate
+from .metrics import max_abs_error, sqnr_db, ulp_distance
+from .reduce import REDUCE_OPS, reduce_rows, wrap_int32
+
+__all__ = [
+    "REDUCE_OPS",
+    "gemm_int8",
+    "gemm_int8_accumulate",
+    "max_abs_error",
+    "reduce_rows",
+    "sqnr_db",
+    "ulp_distance",
+    "wrap_int32",
+]

@@ -3,7 +3,7 @@
 Each cycle one accumulator word (LANES x int32) is read; a pipelined binary tree combines its
 lanes (one register stage per tree level), and a final stage folds the tree outputs of all
 ``count`` words into one int32. The result goes to lane 0 of word ``dst``; the other lanes of
-``dst`` are written with zero.
+``dst`` get the operation's identity (0, INT32_MIN, INT32_MAX), so ``dst`` can be reduced again.
 """
 
 from __future__ import annotations
@@ -98,13 +98,15 @@ class ReductionUnit(wiring.Component):
 
         total = Signal(32)
         done = Signal()
+        identity = Signal(32)
+        m.d.comb += identity.eq(Mux(op == ReduceOp.SUM, 0, Mux(op == ReduceOp.MAX, 0x80000000, 0x7FFFFFFF)))
         with m.If(cv):
             m.d.sync += total.eq(Mux(cf, word_result, _combine(op, total, word_result)))
         m.d.sync += done.eq(cv & cl)
         m.d.comb += [
             self.acc_wr_en.eq(done),
             self.acc_wr_addr.eq(dst),
-            self.acc_wr_data.eq(Cat(total, Const(0, 32 * (lanes - 1)))),
+            self.acc_wr_data.eq(Cat(total, identity.replicate(lanes - 1))),
         ]
         with m.If(done):
             m.d.sync += running.eq(0)

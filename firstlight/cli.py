@@ -1,0 +1,270 @@
+"""The ``firstlight`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+EXIT_OK, EXIT_FAIL, EXIT_CANNOT_START = 0, 1, 2
+
+console = Console()
+err_console = Console(stderr=True)
+
+EPILOG = """\
+examples:
+  firstlight run gemm --m 37 --n 19 --k 100            int8 GEMM on Verilator, 4x4 array
+  firstlight run gemm --m 128 --n 128 --k 128 --array 8x8 --sim icarus
+  firstlight run reduce --rows 8 --cols 100 --op max
+  firstlight bench                                       cycles/utilisation/throughput table
+
+exit codes: 0 passed, 1 a check failed, 2 could not start (bad arguments, missing simulator).
+Simulator builds are cached under $FIRSTLIGHT_CACHE (default ~/.cache/firstlight).
+"""
+
+
+class CannotStart(Exception):
+    """Bad arguments or a missing tool: exit with EXIT_CANNOT_START."""
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _array(text: str):
+    from rtl.config import ChipConfig
+
+    try:
+        return ChipConfig.parse_array(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sim", default="verilator", choices=["verilator", "icarus"],
+                   help="simulator to run on (default: verilator)")
+    p.add_argument("--array", type=_array, default=None, metavar="ROWSxCOLS",
+                   help="systolic array size, e.g. 4x4 (default) or 8x8")
+    p.add_argument("--seed", type=int, default=1, help="seed for the random operands (default: 1)")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the result as JSON")
+    p.add_argument("--waves", action="store_true", help="record a waveform of the run and print its path")
+    p.add_argument("--extremes", action="store_true", help="draw operands from the extreme values only")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="firstlight",
+        description="Bring-up harness for a small AI accelerator: real Amaranth RTL on Verilator or "
+        "Icarus under cocotb, kernels checked against numpy goldens.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run one kernel on random data and check it against the golden",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run_sub = run.add_subparsers(dest="kernel", required=True, metavar="KERNEL")
+    g = run_sub.add_parser("gemm", help="int8 x int8 -> int32 GEMM, C = A(MxK) @ B(KxN)")
+    g.add_argument("--m", type=_positive, required=True, help="rows of A and C")
+    g.add_argument("--n", type=_positive, required=True, help="columns of B and C")
+    g.add_argument("--k", type=_positive, required=True, help="inner dimension")
+    _add_common(g)
+    r = run_sub.add_parser("reduce", help="int32 row reduction (sum wraps modulo 2**32)")
+    r.add_argument("--rows", type=_positive, required=True)
+    r.add_argument("--cols", type=_positive, required=True)
+    r.add_argument("--op", choices=["sum", "max", "min"], required=True)
+    _add_common(r)
+
+    b = sub.add_parser("bench", help="GEMM benchmark table: cycles, utilisation, simulator throughput")
+    b.add_argument("--sims", nargs="+", default=None, choices=["verilator", "icarus"],
+                   help="simulators to measure (default: every installed one)")
+    b.add_argument("--shapes", nargs="+", default=None, metavar="MxNxK",
+                   help="GEMM shapes (default: 16x16x16 32x32x32 64x64x64 128x128x128 256x256x256; "
+                   "Icarus stops at 128^3 unless shapes are given)")
+    b.add_argument("--array", type=_array, default=None, metavar="ROWSxCOLS")
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--json", type=Path, default=None, metavar="PATH")
+    return parser
+
+
+def _variant(array):
+    from cosim.build import Variant
+    from rtl.config import ChipConfig
+
+    return Variant(config=array or ChipConfig())
+
+
+def _require_sim(name: str):
+    from cosim.toolchain import SimulatorMissing, find_simulator
+
+    try:
+        return find_simulator(name)
+    except SimulatorMissing as e:
+        raise CannotStart(str(e)) from None
+
+
+def _fmt_pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def cmd_run(args) -> int:
+    from cosim.jobs import JobFailed, run_job
+
+    _require_sim(args.sim)
+    variant = _variant(args.array)
+    if args.kernel == "gemm":
+        target, kwargs = "firstlight.sim_jobs:gemm_job", {"m": args.m, "n": args.n, "k": args.k}
+        shape = f"{args.m}x{args.n}x{args.k}"
+    else:
+        target, kwargs = "firstlight.sim_jobs:reduce_job", {"rows": args.rows, "cols": args.cols, "op": args.op}
+        shape = f"{args.rows}x{args.cols} {args.op}"
+    kwargs.update(seed=args.seed, extremes=args.extremes)
+    cfg = variant.config
+    console.print(f"[bold]firstlight run {args.kernel}[/] {shape} on a {cfg.rows}x{cfg.cols} array, "
+                  f"{args.sim}, seed {args.seed}")
+    t0 = time.perf_counter()
+    work = Path("firstlight-out") / f"run-{int(time.time())}" if args.waves else None
+    try:
+        res = run_job(target, kwargs, variant=variant, sim=args.sim, waves=args.waves, work_dir=work)
+    except JobFailed as e:
+        err_console.print(f"[red]FAILED[/] {e}")
+        return EXIT_FAIL
+    total = time.perf_counter() - t0
+    v = res.value
+    st = v["stats"]
+    out = {
+        "kernel": args.kernel,
+        "shape": st["shape"],
+        "array": st["array"],
+        "sim": args.sim,
+        "revision": st["revision"],
+        "seed": args.seed,
+        "passed": v["passed"],
+        "mismatch": v["mismatch"],
+        "cycles": st["cycles"],
+        "ideal_cycles": st["ideal_cycles"],
+        "utilization": st["utilization"],
+        "wall_s": st["wall_s"],
+        "python_share": st["python_share"],
+        "sim_cycles_per_s": st["sim_cycles_per_s"],
+        "build_s": res.build.build_s,
+        "build_cache_hit": res.build.cache_hit,
+        "sim_process_s": res.run_s,
+        "total_s": total,
+        "stats": st,
+    }
+    t = Table(show_header=False, box=None)
+    t.add_row("result", "[green]PASS[/] (bit-exact vs golden)" if v["passed"]
+              else f"[red]FAIL[/] {v['mismatch']['count']} mismatches, first {v['mismatch']}")
+    t.add_row("cycles", f"{st['cycles']:,}")
+    t.add_row("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
+              if args.kernel == "gemm" else f"{st['ideal_cycles']:,}  (one accumulator word per cycle)")
+    t.add_row("utilisation", _fmt_pct(st["utilization"]))
+    t.add_row("kernel wall time", f"{st['wall_s']:.3f} s  (Python {_fmt_pct(st['python_share'])})")
+    t.add_row("simulated cycles/s", f"{st['sim_cycles_per_s']:,.0f}")
+    t.add_row("build", f"{res.build.build_s:.2f} s ({'cached' if res.build.cache_hit else 'compiled'})")
+    t.add_row("simulator process", f"{res.run_s:.2f} s (start-up included)")
+    if res.waves:
+        t.add_row("waves", str(res.waves))
+    elif args.waves:
+        t.add_row("waves", f"[yellow]no waveform file found in {work}[/]")
+    console.print(t)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2))
+        console.print(f"wrote {args.json}")
+    return EXIT_OK if v["passed"] else EXIT_FAIL
+
+
+def _parse_shape(text: str) -> list[int]:
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise CannotStart(f"shape must look like MxNxK with positive integers, not {text!r}")
+    return [int(p) for p in parts]
+
+
+def cmd_bench(args) -> int:
+    from cosim.build import build_simulator
+    from cosim.jobs import JobFailed, run_job
+    from cosim.toolchain import SimulatorMissing, available_simulators
+
+    found = available_simulators()
+    sims = args.sims or [s for s, info in found.items() if not isinstance(info, SimulatorMissing)]
+    for s in args.sims or []:
+        _require_sim(s)
+    for s, info in found.items():
+        if isinstance(info, SimulatorMissing) and not args.sims:
+            console.print(f"[yellow]skipping {s}:[/] {info}")
+    default = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256"]
+    variant = _variant(args.array)
+    cfg = variant.config
+    table = Table(title=f"GEMM on a {cfg.rows}x{cfg.cols} array (int8, bit-exact vs golden)")
+    for col in ("sim", "shape", "result", "cycles", "ideal", "util", "sim cyc/s", "Python share",
+                "kernel wall s", "build first s", "build cached s"):
+        table.add_column(col, justify="right")
+    rows, failed = [], False
+    for s in sims:
+        shapes = [_parse_shape(x) for x in (args.shapes or default)]
+        if s == "icarus" and not args.shapes:
+            shapes = [sh for sh in shapes if sh[0] * sh[1] * sh[2] <= 128**3]
+        first = build_simulator(variant, sim=s)
+        cached = build_simulator(variant, sim=s)
+        try:
+            res = run_job("firstlight.sim_jobs:bench_job", {"shapes": shapes, "seed": args.seed},
+                          variant=variant, sim=s)
+            recs = [r for r in res.records if r.get("type") == "bench"]
+        except JobFailed as e:
+            err_console.print(f"[red]{s}: {e}[/]")
+            recs = [r for r in e.records if r.get("type") == "bench"]
+            failed = True
+        for r in recs:
+            st = r["stats"]
+            failed |= not r["passed"]
+            row = {
+                "sim": s, "shape": "x".join(map(str, r["shape"])), "passed": r["passed"],
+                "cycles": st["cycles"], "ideal_cycles": st["ideal_cycles"], "utilization": st["utilization"],
+                "sim_cycles_per_s": st["sim_cycles_per_s"], "python_share": st["python_share"],
+                "wall_s": st["wall_s"], "build_first_s": first.first_build_s, "build_cached_s": cached.build_s,
+            }
+            rows.append(row)
+            table.add_row(s, row["shape"], "pass" if r["passed"] else "[red]FAIL[/]", f"{st['cycles']:,}",
+                          f"{st['ideal_cycles']:,}", _fmt_pct(st["utilization"]),
+                          f"{st['sim_cycles_per_s']:,.0f}", _fmt_pct(st["python_share"]), f"{st['wall_s']:.2f}",
+                          f"{first.first_build_s:.1f}" if first.first_build_s else "?", f"{cached.build_s:.3f}")
+    console.print(table)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: 2 on bad arguments, 0 on --help
+        return int(e.code or 0)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "bench":
+            return cmd_bench(args)
+    except CannotStart as e:
+        err_console.print(f"[red]cannot start:[/] {e}")
+        return EXIT_CANNOT_START
+    parser.error(f"unknown command {args.command}")
+    return EXIT_CANNOT_START
+
+
+if __name__ == "__main__":
+    sys.exit(main())

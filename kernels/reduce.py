@@ -1,0 +1,95 @@
+"""Row reductions on the reduction unit: ``reduce_rows(dev, x, op)`` -> int32 per row.
+
+Each row is laid out as consecutive accumulator words (LANES values per word), padded with the
+operation's identity. One REDUCE per row writes the result to lane 0 of a destination word and
+the operation's identity to the other lanes, so a destination word can itself be reduced again:
+rows too long for one pass are cut into segments whose partial words are reduced in a second
+round (all arithmetic stays on the chip).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rtl.csr_map import MemRegion
+from rtl.isa import Opcode, ReduceOp, pack_command
+
+from .layout import int32_to_words, words_to_int32
+from .stats import Measure
+from .validate import check_matrix
+
+__all__ = ["reduce_rows", "IDENTITY", "OPS"]
+
+OPS = {"sum": ReduceOp.SUM, "max": ReduceOp.MAX, "min": ReduceOp.MIN}
+IDENTITY = {ReduceOp.SUM: 0, ReduceOp.MAX: -(2**31), ReduceOp.MIN: 2**31 - 1}
+MAX_COUNT = 0xFFFF
+
+
+async def _reduce_word_rows(dev, rows: list[np.ndarray], op: ReduceOp, host: dict, budget) -> list[np.ndarray]:
+    """Reduce each entry (an (n_i, LANES) int32 block) to one word on the chip; returns the words."""
+    depth = dev.config.acc_depth
+    lanes = dev.config.lanes
+    results: list[np.ndarray] = []
+    i = 0
+    while i < len(rows):
+        # Batch rows while their words plus one destination word each fit the accumulator SRAM.
+        batch, used = [], 0
+        while i < len(rows) and used + len(rows[i]) + 1 + len(batch) <= depth:
+            batch.append(rows[i])
+            used += len(rows[i])
+            i += 1
+        if not batch:
+            raise AssertionError("segment longer than the accumulator SRAM")
+        await dev.wait_idle(budget)
+        src, cmds = 0, []
+        dst0 = used
+        for r, block in enumerate(batch):
+            host["words_loaded"] += dev.load_words(MemRegion.ACC, src, int32_to_words(block))
+            cmds.append(pack_command(Opcode.REDUCE, flags=int(op), length=len(block), arg0=src, arg2=dst0 + r))
+            src += len(block)
+        host["commands"] += len(cmds)
+        await dev.submit(cmds, budget)
+        await dev.wait_idle(budget)
+        out = words_to_int32(dev.read_words(MemRegion.ACC, dst0, len(batch)), lanes)
+        results.extend(out)
+    return results
+
+
+async def reduce_rows(dev, x: np.ndarray, op: str, *, budget_cycles: int | None = None) -> tuple[np.ndarray, dict]:
+    """Reduce every row of an int32 matrix with ``op`` in {"sum", "max", "min"} on the chip.
+
+    SUM wraps modulo 2**32 like the hardware. Returns ``(values (R,), stats)``.
+    """
+    if op not in OPS:
+        raise ValueError(f"op must be one of {', '.join(OPS)}, got {op!r}")
+    x = check_matrix("x", x, (np.int32, np.int16, np.int8), "integer rows to reduce, shape (R, C)")
+    x = x.astype(np.int32)
+    rop = OPS[op]
+    lanes = dev.config.lanes
+    depth = dev.config.acc_depth
+    seg_words = min(MAX_COUNT, depth - 1)
+    rows_n, cols = x.shape
+    wpr = -(-cols // lanes)
+    padded = np.full((rows_n, wpr * lanes), IDENTITY[rop], np.int32)
+    padded[:, :cols] = x
+    host = {"words_loaded": 0, "commands": 0, "rounds": 0}
+    # Roof: the reduction unit consumes one accumulator word per cycle.
+    async with Measure(dev, "reduce", rows_n * wpr, {"shape": [rows_n, cols], "op": op, "host": host}) as meas:
+        # Each row is a list of word blocks; rounds shrink long rows until one word is left.
+        blocks = [padded[r].reshape(wpr, lanes) for r in range(rows_n)]
+        while True:
+            host["rounds"] += 1
+            segs, owner = [], []
+            for r, blk in enumerate(blocks):
+                for s in range(0, len(blk), seg_words):
+                    segs.append(blk[s:s + seg_words])
+                    owner.append(r)
+            words = await _reduce_word_rows(dev, segs, rop, host, budget_cycles)
+            merged: list[list[np.ndarray]] = [[] for _ in blocks]
+            for r, w in zip(owner, words):
+                merged[r].append(w)
+            blocks = [np.stack(ws) for ws in merged]
+            if all(len(b) == 1 for b in blocks):
+                break
+        await dev.check_no_error()
+    return np.array([b[0, 0] for b in blocks], dtype=np.int32), meas.stats
