@@ -44,6 +44,7 @@ class Testbench:
             Clock(self.clk, CLOCK_PERIOD_NS, unit="ns", impl="gpi").start()
         for name in ("csr_we", "csr_re", "csr_addr", "csr_wdata"):
             getattr(self.dut, name).value = 0
+        self.dut.rst.value = 1  # never let reset float: X would spread through every register
         self._started = True
 
     async def reset(self, cycles: int = 4) -> None:
@@ -61,9 +62,7 @@ class Testbench:
             await Timer(n * CLOCK_PERIOD_NS, "ns")
 
     def now_cycles(self) -> int:
-        from cocotb.simtime import get_sim_time
-
-        return int(get_sim_time("ns")) // CLOCK_PERIOD_NS
+        return self.now_ns() // CLOCK_PERIOD_NS
 
     async def transfer(self, addr: int, wdata: int = 0, write: bool = False) -> int:
         """One CSR bus transfer; returns the read data (0 for writes)."""
@@ -73,9 +72,7 @@ class Testbench:
         d.csr_wdata.value = wdata & 0xFFFFFFFF
         strobe = d.csr_we if write else d.csr_re
         strobe.value = 1
-        edge = RisingEdge(d.csr_ready)
-        got = await First(edge, Timer(self.bus_timeout_cycles * CLOCK_PERIOD_NS, "ns"))
-        if got is not edge:
+        if not await self._settled_high(d.csr_ready, self.bus_timeout_cycles):
             await FallingEdge(self.clk)
             strobe.value = 0
             kind = "write" if write else "read"
@@ -83,7 +80,6 @@ class Testbench:
                 f"CSR {kind} at address 0x{addr:02x} got no csr_ready within {self.bus_timeout_cycles} "
                 "cycles (a window write into ACC waits while a unit is busy; is the chip hung?)"
             )
-        await ReadOnly()
         data = int(d.csr_rdata.value)
         await FallingEdge(self.clk)
         strobe.value = 0
@@ -94,11 +90,31 @@ class Testbench:
 
         Returns at a falling clock edge, where the caller may write handles again.
         """
-        await ReadOnly()
-        if int(signal.value) == 1:
-            await FallingEdge(self.clk)
-            return True
-        edge = RisingEdge(signal)
-        got = await First(edge, Timer(budget_cycles * CLOCK_PERIOD_NS, "ns"))
+        ok = await self._settled_high(signal, budget_cycles)
         await FallingEdge(self.clk)
-        return got is edge
+        return ok
+
+    async def _settled_high(self, signal, budget_cycles: int) -> bool:
+        """Wait until ``signal`` reads 1 in the read-only phase (glitch-proof), within budget.
+
+        Event-driven simulators report every intermediate value inside a time step, so an edge
+        alone is not proof; a settled read is. Returns in the read-only phase.
+        """
+        deadline = self.now_ns() + budget_cycles * CLOCK_PERIOD_NS
+        while True:
+            await ReadOnly()
+            if str(signal.value) == "1":  # X/Z count as not high
+                return True
+            left = deadline - self.now_ns()
+            if left <= 0:
+                return False
+            edge = RisingEdge(signal)
+            got = await First(edge, Timer(left, "ns"))
+            if got is not edge:
+                await ReadOnly()
+                return str(signal.value) == "1"
+
+    def now_ns(self) -> int:
+        from cocotb.simtime import get_sim_time
+
+        return int(get_sim_time("ns"))

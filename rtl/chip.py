@@ -165,6 +165,7 @@ class Chip(wiring.Component):
         clear_perf = Signal()
         clear_err = Signal()
         win_err = Signal()
+        doorbell = Signal()
 
         region = mem_addr[28:32]
         chunk = mem_addr[0:28]
@@ -267,9 +268,13 @@ class Chip(wiring.Component):
                 m.d.sync += perf[name].eq(perf[name] + inc)
 
         # ---- idle, irq --------------------------------------------------------------------
+        # The idle pin is registered: a combinational one can glitch between the updates of one
+        # clock edge on an event-driven simulator (Icarus), and a waiting host would wake early.
+        # A doorbell write clears it on the same edge that updates CMDQ_TAIL, so a host that
+        # waits for idle right after ringing the doorbell never sees a stale 1.
         idle_q = Signal()
-        m.d.sync += idle_q.eq(cmdp.idle)
-        m.d.comb += self.idle.eq(cmdp.idle)
+        m.d.sync += idle_q.eq(cmdp.idle & ~doorbell)
+        m.d.comb += self.idle.eq(idle_q)
         with m.If(cmdp.idle & ~idle_q):
             m.d.sync += irq_status[0].eq(1)
         with m.If(cmdp.err_event):
@@ -335,6 +340,7 @@ class Chip(wiring.Component):
                     m.d.sync += env["scratch"].eq(wdata)
                 with m.Case(REG["CMDQ_TAIL"].addr):
                     m.d.sync += env["tail"].eq(wdata[:16])
+                    m.d.comb += env["doorbell"].eq(1)
                 with m.Case(REG["MEM_ADDR"].addr):
                     m.d.sync += env["mem_addr"].eq(wdata)
                 with m.Case(REG["IRQ_STATUS"].addr):

@@ -1,0 +1,185 @@
+"""cocotb tests of the whole chip on a real simulator (driven by tests/test_chip_sim.py).
+
+Every test resets the chip first; random data comes from FIRSTLIGHT_SEED.
+"""
+
+from __future__ import annotations
+
+import os
+
+import cocotb
+import numpy as np
+
+import golden
+from cosim.device import Device, DeviceTimeout
+from cosim.testbench import Testbench
+from kernels.gemm import gemm
+from kernels.layout import int32_to_words, words_to_int32
+from kernels.reduce import reduce_rows
+from rtl.csr_map import ID_MAGIC, REG, MemRegion
+from rtl.isa import ErrCode, Opcode, pack_command
+
+SEED = int(os.environ.get("FIRSTLIGHT_SEED", "1"))
+
+
+async def open_device(dut) -> Device:
+    tb = Testbench(dut, clock=os.environ.get("FIRSTLIGHT_CLOCK", "hdl"))
+    return await Device.open(tb)
+
+
+def rng_for(name: str) -> np.random.Generator:
+    return np.random.default_rng([SEED, sum(name.encode())])
+
+
+def assert_equal(got: np.ndarray, ref: np.ndarray, what: str) -> None:
+    bad = np.argwhere(got != ref)
+    assert not len(bad), (
+        f"{what}: {len(bad)} mismatches, first at {tuple(bad[0])}: got {got[tuple(bad[0])]}, "
+        f"expected {ref[tuple(bad[0])]} (seed {SEED})"
+    )
+
+
+@cocotb.test()
+async def csr_identity_and_scratch(dut):
+    dev = await open_device(dut)
+    assert await dev.read_csr("ID") == ID_MAGIC
+    caps0 = await dev.read_csr("CAPS0")
+    assert REG["CAPS0"].field("rows").get(caps0) == dev.config.rows
+    for v in (0xDEADBEEF, 0, 0xFFFFFFFF, 0x12345678):
+        await dev.write_csr("SCRATCH", v)
+        assert await dev.read_csr("SCRATCH") == v
+    await dev.write_csr("ID", 0)
+    assert await dev.read_csr("ID") == ID_MAGIC, "ID is read-only"
+
+
+@cocotb.test()
+async def backdoor_matches_front_door(dut):
+    """The backdoor (simulator handles) and the window (real bus path) see the same words."""
+    dev = await open_device(dut)
+    rng = rng_for("backdoor")
+    for region, name in ((MemRegion.A, "A"), (MemRegion.B, "B"), (MemRegion.ACC, "ACC"), (MemRegion.CMDQ, "CMDQ")):
+        depth = dev.mem_depth(region)
+        width = dev._mems[region].width
+        chunks = max(1, width // 32)
+        addrs = [0, 1, depth - 1]
+        words = [int(rng.integers(0, 2**63)) * (2**64) + int(rng.integers(0, 2**63)) for _ in addrs]
+        words = [w & ((1 << width) - 1) for w in words]
+        for a, w in zip(addrs, words):
+            dev.load_words(region, a, [w])
+            got = await dev.window_read(region, a * chunks, chunks)
+            back = sum(c << (32 * i) for i, c in enumerate(got))
+            assert back == w, f"{name}[{a}]: backdoor wrote {w:#x}, window read {back:#x}"
+        # and the other way round
+        w = words[0] ^ ((1 << width) - 1)
+        await dev.window_write(region, 2 * chunks, [(w >> (32 * i)) & 0xFFFFFFFF for i in range(chunks)])
+        assert dev.read_words(region, 2, 1)[0] == w, f"{name}[2]: window write not seen by the backdoor"
+
+
+GEMM_SHAPES = [(1, 1, 1), (4, 4, 4), (37, 19, 100), (5, 7, 3), (9, 6, 1500), (13, 29, 17)]
+
+
+@cocotb.test()
+async def gemm_shapes_bit_exact(dut):
+    dev = await open_device(dut)
+    rng = rng_for("gemm")
+    for m, n, k in GEMM_SHAPES:
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        c, stats = await gemm(dev, a, b)
+        assert_equal(c, golden.gemm_int8(a, b), f"gemm {m}x{n}x{k}")
+        assert stats["macs_issued"] >= m * n * k
+
+
+@cocotb.test()
+async def gemm_extremes_wrap(dut):
+    """-128 * -128 summed over K = 131073 passes 2**31: the int32 accumulator must wrap."""
+    dev = await open_device(dut)
+    k = 131073
+    a = np.full((1, k), -128, np.int8)
+    b = np.full((k, 1), -128, np.int8)
+    c, _ = await gemm(dev, a, b)
+    ref = golden.gemm_int8(a, b)
+    assert int(ref[0, 0]) == -2147467264  # spec: (16384 * 131073) mod 2**32, as signed
+    assert_equal(c, ref, "wrapping gemm")
+    rng = rng_for("extremes")
+    a = rng.choice(np.array([-128, 127], np.int8), (6, 300))
+    b = rng.choice(np.array([-128, 127], np.int8), (300, 5))
+    c, _ = await gemm(dev, a, b)
+    assert_equal(c, golden.gemm_int8(a, b), "extreme-value gemm")
+
+
+@cocotb.test()
+async def reductions_bit_exact(dut):
+    dev = await open_device(dut)
+    rng = rng_for("reduce")
+    cases = [
+        (np.full((2, 9), 2**31 - 1, np.int32), "sum"),  # wraps
+        (rng.integers(-1000, -1, (3, 7), dtype=np.int32), "max"),  # all negative
+        (rng.integers(1, 1000, (3, 7), dtype=np.int32), "min"),
+        (rng.integers(-(2**31), 2**31, (5, 33), dtype=np.int64).astype(np.int32), "sum"),
+        (rng.integers(-(2**31), 2**31, (1, 1), dtype=np.int64).astype(np.int32), "max"),
+        (rng.integers(-(2**31), 2**31, (2, 5000), dtype=np.int64).astype(np.int32), "min"),  # two rounds
+    ]
+    for x, op in cases:
+        got, _ = await reduce_rows(dev, x, op)
+        assert_equal(got, golden.reduce_rows(x, op), f"reduce {op} {x.shape}")
+
+
+@cocotb.test()
+async def bad_commands_set_err_and_chip_recovers(dut):
+    dev = await open_device(dut)
+    cfg = dev.config
+    dev.load_words(MemRegion.A, 0, [0x01010101] * 4)
+    dev.load_words(MemRegion.B, 0, [0x01010101] * 4)
+    bad = pack_command(0x7E, tag=0xBAD)
+    good = pack_command(Opcode.MATMUL, length=4, arg0=0, arg1=0, arg2=0)
+    await dev.run([bad, good])
+    assert await dev.read_csr("ERR") == ErrCode.BAD_OPCODE
+    words = [await dev.read_csr(f"ERR_CMD{i}") for i in range(4)]
+    assert sum(w << (32 * i) for i, w in enumerate(words)) == bad
+    assert await dev.read_csr("ERR_COUNT") == 1
+    assert await dev.read_csr("DONE_COUNT") == 1, "the good MATMUL after the bad command must retire"
+    c = words_to_int32(dev.read_words(MemRegion.ACC, 0, cfg.rows), cfg.lanes)
+    assert (c[:, : cfg.cols] == 4).all(), f"MATMUL after a dropped command gave {c}"
+    # Range errors are caught as well, and clear_err clears them.
+    await dev.write_csr("CTRL", REG["CTRL"].field("clear_err").mask)
+    assert await dev.read_csr("ERR") == 0
+    await dev.run([pack_command(Opcode.MATMUL, length=8, arg0=cfg.operand_depth - 4)])
+    assert await dev.read_csr("ERR") == ErrCode.A_RANGE
+    await dev.write_csr("CTRL", REG["CTRL"].field("clear_err").mask)
+    await dev.run([pack_command(Opcode.REDUCE, flags=3, length=1)])
+    assert await dev.read_csr("ERR") == ErrCode.BAD_REDUCE_OP
+
+
+@cocotb.test()
+async def watchdog_reports_state_instead_of_hanging(dut):
+    dev = await open_device(dut)
+    long_mm = pack_command(Opcode.MATMUL, length=1000, tag=0x77)
+    await dev.submit([long_mm])
+    try:
+        await dev.wait_idle(budget_cycles=50)
+    except DeviceTimeout as e:
+        text = str(e)
+        assert "did not go idle within 50 cycles" in text
+        assert "STATUS" in text and "engine_busy=1" in text, text
+        assert "MATMUL" in text and "length=1000" in text, text
+    else:
+        raise AssertionError("a 1000-cycle MATMUL finished inside a 50-cycle watchdog")
+    # soft reset brings the chip back without a power cycle
+    await dev.write_csr("CTRL", REG["CTRL"].field("soft_reset").mask)
+    dev._tail = 0
+    await dev.wait_idle(budget_cycles=100)
+    x = np.arange(8, dtype=np.int32).reshape(1, 8)
+    got, _ = await reduce_rows(dev, x, "sum")
+    assert int(got[0]) == 28
+
+
+@cocotb.test()
+async def perf_counters_consistent(dut):
+    dev = await open_device(dut)
+    cfg = dev.config
+    a = np.ones((cfg.rows, 50), np.int8)
+    b = np.ones((50, cfg.cols), np.int8)
+    _, st = await gemm(dev, a, b)
+    assert st["macs_issued"] == cfg.rows * cfg.cols * 50
+    assert st["cycles"] >= st["engine_busy_cycles"] >= 50

@@ -1,0 +1,53 @@
+"""Shared pytest fixtures: which simulators exist, and one simulator run per cocotb module."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cosim.toolchain import SIMULATORS, SimulatorMissing, find_simulator
+
+# Fixed by default so CI is reproducible; override to explore: FIRSTLIGHT_SEED=7 pytest ...
+SEED = int(os.environ.get("FIRSTLIGHT_SEED", "20261130"))
+
+
+def require_sim(name: str) -> None:
+    try:
+        find_simulator(name)
+    except SimulatorMissing as e:
+        pytest.skip(f"{name} not installed: {e}")
+
+
+@pytest.fixture(params=SIMULATORS)
+def sim(request) -> str:
+    require_sim(request.param)
+    return request.param
+
+
+_RUNS: dict = {}
+
+
+def cocotb_results(module: str, sim: str, tmp_root: Path, **kwargs) -> dict[str, dict]:
+    """Run every test of a cocotb module once per (module, sim, variant) in this worker."""
+    from cosim.jobs import run_cocotb_module
+
+    key = (module, sim, repr(sorted(kwargs.items())))
+    if key not in _RUNS:
+        work = tmp_root / f"{module}-{sim}-{abs(hash(key)) % 10**8}"
+        env = {"FIRSTLIGHT_SEED": str(SEED)}
+        _RUNS[key] = run_cocotb_module(module, sim=sim, work_dir=work, extra_env=env, **kwargs)
+    return _RUNS[key]
+
+
+def check_cocotb(results: dict[str, dict], name: str, sim: str) -> None:
+    if name not in results:
+        pytest.fail(f"cocotb test {name} did not run on {sim}; log: {results['__log__']['message']}")
+    r = results[name]
+    if not r["passed"]:
+        pytest.fail(
+            f"{name} failed on {sim} (seed {SEED}):\n{r['message']}\n"
+            f"log: {results['__log__']['message']}\n"
+            f"reproduce: FIRSTLIGHT_SEED={SEED} .venv/bin/python -m pytest tests -k '{name} and {sim}'"
+        )
