@@ -14,7 +14,7 @@ from rich.table import Table
 EXIT_OK, EXIT_FAIL, EXIT_CANNOT_START = 0, 1, 2
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # never break a message mid-command
 
 EPILOG = """\
 examples:

@@ -1,0 +1,64 @@
+"""The command line: argument errors exit 2 with a clear message; a real run writes JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import require_sim
+from firstlight import cli
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["run", "gemm", "--m", "0", "--n", "1", "--k", "1"], "positive integer"),
+        (["run", "gemm", "--m", "x", "--n", "1", "--k", "1"], "positive integer"),
+        (["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--array", "3x4"], "rows must be one of"),
+        (["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--sim", "modelsim"], "invalid choice"),
+        (["run", "reduce", "--rows", "2", "--cols", "2", "--op", "mean"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_exit_2(argv, needle, capsys):
+    assert cli.main(argv) == cli.EXIT_CANNOT_START
+    assert needle in capsys.readouterr().err
+
+
+def test_missing_simulator_is_cannot_start(monkeypatch, capsys):
+    from cosim import toolchain
+
+    def missing():
+        raise toolchain.SimulatorMissing("Icarus Verilog is not installed: install it with apt-get install -y iverilog")
+
+    toolchain.find_simulator.cache_clear()
+    monkeypatch.setattr(toolchain, "_icarus", missing)
+    try:
+        code = cli.main(["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--sim", "icarus"])
+    finally:
+        toolchain.find_simulator.cache_clear()
+    assert code == cli.EXIT_CANNOT_START
+    assert "apt-get install -y iverilog" in capsys.readouterr().err
+
+
+@pytest.mark.sim
+def test_run_gemm_writes_json(tmp_path, monkeypatch):
+    require_sim("verilator")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "r.json"
+    assert cli.main(["run", "gemm", "--m", "7", "--n", "5", "--k", "9", "--seed", "3", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    for key in ("kernel", "shape", "array", "sim", "passed", "cycles", "ideal_cycles", "utilization",
+                "wall_s", "sim_cycles_per_s", "build_s", "sim_process_s"):
+        assert key in d, key
+    assert d["passed"] is True and d["shape"] == [7, 5, 9] and d["array"] == "4x4"
+    assert d["ideal_cycles"] == -(-7 * 5 * 9 // 16)
+    assert 0 < d["utilization"] <= 1
+
+
+@pytest.mark.sim
+def test_run_reduce(tmp_path):
+    require_sim("verilator")
+    out = tmp_path / "r.json"
+    assert cli.main(["run", "reduce", "--rows", "3", "--cols", "10", "--op", "min", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["passed"] is True
