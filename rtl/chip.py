@@ -272,7 +272,7 @@ class Chip(wiring.Component):
         # clock edge on an event-driven simulator (Icarus), and a waiting host would wake early.
         # A doorbell write clears it on the same edge that updates CMDQ_TAIL, so a host that
         # waits for idle right after ringing the doorbell never sees a stale 1.
-        idle_q = Signal()
+        idle_q = Signal(init=1)  # out of reset the chip is idle: no spurious DONE interrupt
         m.d.sync += idle_q.eq(cmdp.idle & ~doorbell)
         m.d.comb += self.idle.eq(idle_q)
         with m.If(cmdp.idle & ~idle_q):

@@ -92,7 +92,8 @@ class CommandProcessor(wiring.Component):
         cfg = self.config
         qmask = cfg.cmdq_depth - 1
 
-        m.submodules.fifo = q = fifo.SyncFIFOBuffered(width=COMMAND_BITS, depth=cfg.cmd_fifo_depth)
+        # Unbuffered: w_rdy is exactly level != depth, which the fetch condition relies on.
+        m.submodules.fifo = q = fifo.SyncFIFO(width=COMMAND_BITS, depth=cfg.cmd_fifo_depth)
 
         # ---- fetch ----------------------------------------------------------------------
         inflight = Signal()
@@ -170,16 +171,16 @@ class CommandProcessor(wiring.Component):
         ]
         with m.If(retire):
             m.d.sync += self.done_count.eq(self.done_count + 1)
+        # Both sources may fault in the same cycle: count both; the command's error wins ERR.
         with m.If(self.clear_err):
             m.d.sync += [self.err_code.eq(0), self.err_cmd.eq(0), self.err_count.eq(0)]
-        with m.Elif(drop):
-            m.d.sync += self.err_count.eq(self.err_count + 1)
+        with m.Else():
+            m.d.sync += self.err_count.eq(self.err_count + drop + self.ext_err_stb)
             with m.If(self.err_code == 0):
-                m.d.sync += [self.err_code.eq(err), self.err_cmd.eq(q.r_data)]
-        with m.Elif(self.ext_err_stb):
-            m.d.sync += self.err_count.eq(self.err_count + 1)
-            with m.If(self.err_code == 0):
-                m.d.sync += [self.err_code.eq(self.ext_err_code), self.err_cmd.eq(self.ext_err_info)]
+                with m.If(drop):
+                    m.d.sync += [self.err_code.eq(err), self.err_cmd.eq(q.r_data)]
+                with m.Elif(self.ext_err_stb):
+                    m.d.sync += [self.err_code.eq(self.ext_err_code), self.err_cmd.eq(self.ext_err_info)]
 
         m.d.comb += [
             self.fifo_level.eq(q.level),

@@ -7,9 +7,10 @@ row ``i`` of A enters PE(i, 0) at ``t+1+i`` and column ``j`` of B enters PE(0, j
 complete one cycle after its ``last`` flag leaves PE(i, COLS-1); the write-back stage then
 reads the old accumulator word (for ``accumulate``) and writes the row one cycle later.
 
-A MATMUL occupies the feed for ``max(K, ROWS, COLS)`` cycles: with fewer, the result
-registers of one tile would be overwritten before the write-back read them. Back-to-back
-MATMULs stream with no gap.
+A MATMUL occupies the feed for ``max(K, ROWS, COLS)`` cycles, its K steps at the end of that
+slot: the ``last`` steps of consecutive MATMULs are then at least ``max(ROWS, COLS)`` cycles
+apart, so a tile's result registers are not overwritten before write-back reads them and two
+tiles never complete a row in the same cycle. Back-to-back MATMULs stream with no gap.
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ class MatrixEngine(wiring.Component):
 
         m.d.comb += self.feed_ready.eq(occupy <= 1)
         feed_valid = Signal()
-        m.d.comb += feed_valid.eq((occupy != 0) & (k_idx < k_len))
+        # Short MATMULs (K < min_cycles) idle at the *start* of their slot, so the last steps of
+        # consecutive MATMULs are always >= min_cycles apart (that is what the result
+        # registers and the one-row-per-cycle write-back need).
+        m.d.comb += feed_valid.eq((occupy != 0) & (occupy <= k_len))
         m.d.comb += self.feeding.eq(feed_valid)
 
         with m.If(occupy != 0):

@@ -30,3 +30,15 @@ def test_every_cocotb_test_is_listed(sim, tmp_path_factory):
     results = cocotb_results("chip_tests", sim, tmp_path_factory.getbasetemp())
     ran = {k for k in results if not k.startswith("__")}
     assert ran == set(CHIP_TESTS), f"cocotb ran {sorted(ran)}, pytest lists {sorted(CHIP_TESTS)}"
+
+
+@pytest.mark.sim
+def test_gpi_clock_mode_runs_a_kernel(tmp_path):
+    """The alternative clock (cocotb Clock(impl="gpi") instead of the HDL clock) gives the same answer."""
+    from conftest import require_sim
+
+    from cosim.jobs import run_job
+
+    require_sim("verilator")
+    res = run_job("firstlight.sim_jobs:gemm_job", {"m": 9, "n": 6, "k": 21, "seed": 5}, clock="gpi", work_dir=tmp_path)
+    assert res.value["passed"], res.value["mismatch"]
