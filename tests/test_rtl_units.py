@@ -749,12 +749,11 @@ def test_chip_readonly_ignores_writes():
         out["scratch"] = await csr(ctx, dut, "SCRATCH")
 
     out = run_chip(CHIP_SMALL, body)
+    scratch = out.pop("scratch")
     for name, (before, after) in out.items():
-        if name == "scratch":
-            continue
         assert after == before, f"read-only {name} changed on write: 0x{before:08x} -> 0x{after:08x}"
     assert out["ID"][0] == ID_MAGIC
-    assert out["scratch"] == 0, "a write to a read-only register landed in SCRATCH"
+    assert scratch == 0, "a write to a read-only register landed in SCRATCH"
 
 
 def test_chip_window_roundtrip_and_autoincrement():
@@ -795,15 +794,42 @@ def golden_tile_cmds(rng, cfg, k, a_addr, b_addr, c_addr, accumulate=False, tag=
 
 
 @pytest.mark.parametrize("cfg", CHIP_CFGS, ids=lambda c: f"{c.rows}x{c.cols}d{c.operand_depth}")
-def test_chip_matmul_through_ring(cfg):
-    """One MATMUL into an empty tile and one accumulating into a window-preloaded tile."""
-    name = f"chip_matmul_{cfg.rows}x{cfg.cols}"
+@pytest.mark.parametrize("k", [1, 5])
+def test_chip_single_matmul_through_ring(cfg, k):
+    """One MATMUL through the command ring; result read back through the window."""
+    name = f"chip_matmul1_{cfg.rows}x{cfg.cols}_K{k}"
     seed = case_seed(name)
     rng = np.random.default_rng(seed)
-    k0, k1 = 5, 3
+    a, b, cmd = golden_tile_cmds(rng, cfg, k, 3, 7, cfg.rows, tag=0x1111)
+
+    async def body(ctx, dut, out):
+        await write_words(ctx, dut, MemRegion.A, 3, pack_a_words(a))
+        await write_words(ctx, dut, MemRegion.B, 7, pack_b_words(b))
+        await submit(ctx, dut, [cmd])
+        await wait_idle(ctx, dut, name)
+        out["c"] = await read_acc_rows(ctx, dut, cfg.rows, cfg.rows)
+        out["other"] = await read_acc_rows(ctx, dut, 0, cfg.rows)
+        for reg in ("ERR", "ERR_COUNT", "DONE_COUNT", "CMDQ_HEAD"):
+            out[reg] = await csr(ctx, dut, reg)
+
+    out = run_chip(cfg, body)
+    what = f"{name} (seed={seed})"
+    np.testing.assert_array_equal(out["c"], gemm_int8(a, b), err_msg=what)
+    assert not out["other"].any(), f"{what}: MATMUL wrote outside its C tile"
+    assert (out["ERR"], out["ERR_COUNT"], out["DONE_COUNT"], out["CMDQ_HEAD"]) == (0, 0, 1, 1), what
+
+
+@pytest.mark.parametrize("cfg", CHIP_CFGS, ids=lambda c: f"{c.rows}x{c.cols}d{c.operand_depth}")
+def test_chip_matmul_accumulate_onto_window_preload(cfg):
+    """Short-then-long MATMUL pair; the second accumulates onto a tile preloaded via the window."""
+    name = f"chip_matmul_acc_{cfg.rows}x{cfg.cols}"
+    seed = case_seed(name)
+    rng = np.random.default_rng(seed)
+    k0, k1 = 3, 5
     a0, b0, cmd0 = golden_tile_cmds(rng, cfg, k0, 0, 2, 0, tag=0x1111)
     a1, b1, cmd1 = golden_tile_cmds(rng, cfg, k1, 8, 10, cfg.rows, accumulate=True, tag=0x2222)
     c1_init = rand_int32(rng, (cfg.rows, cfg.lanes))
+    c1_init[0, 0] = INT32_MAX  # the write-back add may wrap
 
     async def body(ctx, dut, out):
         await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a0))
@@ -826,6 +852,31 @@ def test_chip_matmul_through_ring(cfg):
     assert (out["ERR"], out["ERR_COUNT"], out["DONE_COUNT"], out["CMDQ_HEAD"]) == (0, 0, 2, 2), what
 
 
+@pytest.mark.parametrize("cfg", CHIP_CFGS, ids=lambda c: f"{c.rows}x{c.cols}d{c.operand_depth}")
+def test_chip_long_then_short_matmul(cfg):
+    """MATMUL with K > max(ROWS, COLS) followed by one with K < max(ROWS, COLS): the command
+    processor issues the second with zero gap, so this is the engine's back-to-back case seen
+    from the host. Both tiles must match the golden."""
+    name = f"chip_long_short_{cfg.rows}x{cfg.cols}"
+    seed = case_seed(name)
+    rng = np.random.default_rng(seed)
+    k0, k1 = cfg.min_matmul_cycles + 3, 1
+    a0, b0, cmd0 = golden_tile_cmds(rng, cfg, k0, 0, 0, 0)
+    a1, b1, cmd1 = golden_tile_cmds(rng, cfg, k1, k0, k0, cfg.rows)
+
+    async def body(ctx, dut, out):
+        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a0) + pack_a_words(a1))
+        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b0) + pack_b_words(b1))
+        await submit(ctx, dut, [cmd0, cmd1])
+        await wait_idle(ctx, dut, name)
+        out["c"] = await read_acc_rows(ctx, dut, 0, 2 * cfg.rows)
+
+    out = run_chip(cfg, body)
+    what = f"{name} K0={k0} K1={k1} (seed={seed})"
+    np.testing.assert_array_equal(out["c"][: cfg.rows], gemm_int8(a0, b0), err_msg=f"{what}: first (long) MATMUL")
+    np.testing.assert_array_equal(out["c"][cfg.rows :], gemm_int8(a1, b1), err_msg=f"{what}: second (short) MATMUL")
+
+
 def test_chip_matmul_then_reduce_through_ring():
     """REDUCE right behind a MATMUL must wait for the engine and reduce the fresh tile."""
     cfg = CHIP_SMALL
@@ -844,7 +895,11 @@ def test_chip_matmul_then_reduce_through_ring():
     async def body(ctx, dut, out):
         await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a))
         await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b))
-        await submit(ctx, dut, cmds, first_entry=3)  # wraps around the 8-entry ring
+        # move the ring head to entry 3 first, so the real commands wrap around the 8-entry ring
+        await submit(ctx, dut, [pack_command(Opcode.NOP)] * 3, first_entry=0)
+        await wait_idle(ctx, dut, name)
+        out["head"] = await csr(ctx, dut, "CMDQ_HEAD")
+        await submit(ctx, dut, cmds, first_entry=3)
         await wait_idle(ctx, dut, name)
         out["c"] = await read_acc_rows(ctx, dut, 4, cfg.rows)
         out["red"] = await read_acc_rows(ctx, dut, 10, 2)
@@ -858,7 +913,8 @@ def test_chip_matmul_then_reduce_through_ring():
     flat = np.ascontiguousarray(c.reshape(1, -1))
     assert out["red"][0].tolist() == [int(reduce_rows(flat, "sum")[0])] + [0] * (cfg.lanes - 1), what
     assert out["red"][1].tolist() == [int(reduce_rows(flat, "max")[0])] + [INT32_MIN] * (cfg.lanes - 1), what
-    assert (out["done"], out["err"]) == (len(cmds), 0), what
+    assert out["head"] == 3, what
+    assert (out["done"], out["err"]) == (3 + len(cmds), 0), what
 
 
 def test_chip_bad_opcode_then_valid_and_clear_err():
@@ -974,3 +1030,323 @@ def test_chip_perf_macs(k):
     assert out["eng_busy"] >= max(k, cfg.min_matmul_cycles), f"{what}: ENGINE_BUSY_LO={out['eng_busy']}"
     np.testing.assert_array_equal(out["c"], gemm_int8(a, b), err_msg=what)
     assert out["macs_cleared"] == 0, f"{what}: CTRL.clear_perf"
+
+
+# ---- command checks: every ErrCode of the command path, plus the valid boundary cases ------
+
+_D = 16  # CHIP_SMALL operand_depth == acc_depth
+BAD_COMMANDS = {
+    "opcode_0x02": (pack_command(0x02, tag=1), ErrCode.BAD_OPCODE),
+    "opcode_0xff": (pack_command(0xFF, length=1, tag=2), ErrCode.BAD_OPCODE),
+    "matmul_k0": (pack_command(Opcode.MATMUL, length=0, tag=3), ErrCode.BAD_LENGTH),
+    "matmul_a_range": (pack_command(Opcode.MATMUL, length=3, arg0=_D - 2, tag=4), ErrCode.A_RANGE),
+    "matmul_a_range_16bit_wrap": (pack_command(Opcode.MATMUL, length=2, arg0=0xFFFF, tag=5), ErrCode.A_RANGE),
+    "matmul_b_range": (pack_command(Opcode.MATMUL, length=3, arg1=_D - 2, tag=6), ErrCode.B_RANGE),
+    "matmul_c_range": (pack_command(Opcode.MATMUL, length=1, arg2=_D - 1, tag=7), ErrCode.C_RANGE),
+    "reduce_op3": (pack_command(Opcode.REDUCE, flags=3, length=1, tag=8), ErrCode.BAD_REDUCE_OP),
+    "reduce_k0": (pack_command(Opcode.REDUCE, length=0, tag=9), ErrCode.BAD_LENGTH),
+    "reduce_src_range": (pack_command(Opcode.REDUCE, length=2, arg0=_D - 1, tag=10), ErrCode.SRC_RANGE),
+    "reduce_dst_range": (pack_command(Opcode.REDUCE, length=1, arg2=_D, tag=11), ErrCode.DST_RANGE),
+    "nop_arg3": (pack_command(Opcode.NOP, arg3=1, tag=12), ErrCode.RESERVED_NONZERO),
+    "matmul_arg3": (pack_command(Opcode.MATMUL, length=1, arg3=0x8000, tag=13), ErrCode.RESERVED_NONZERO),
+}
+GOOD_BOUNDARY_COMMANDS = {
+    "matmul_a_top": pack_command(Opcode.MATMUL, length=3, arg0=_D - 3),
+    "matmul_b_top": pack_command(Opcode.MATMUL, length=3, arg1=_D - 3),
+    "matmul_c_top": pack_command(Opcode.MATMUL, length=1, arg2=_D - 2),
+    "matmul_k_full": pack_command(Opcode.MATMUL, length=_D),
+    "reduce_src_top": pack_command(Opcode.REDUCE, flags=ReduceOp.MIN, length=2, arg0=_D - 2),
+    "reduce_whole": pack_command(Opcode.REDUCE, flags=ReduceOp.MAX, length=_D, arg2=_D - 1),
+    "fence": pack_command(Opcode.FENCE),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_COMMANDS))
+def test_chip_command_check_errors(case):
+    cmd, code = BAD_COMMANDS[case]
+    assert CHIP_SMALL.operand_depth == CHIP_SMALL.acc_depth == _D
+
+    async def body(ctx, dut, out):
+        await submit(ctx, dut, [cmd, pack_command(Opcode.NOP)])
+        await wait_idle(ctx, dut, case)
+        for reg in ("ERR", "ERR_CMD0", "ERR_CMD1", "ERR_CMD2", "ERR_CMD3", "ERR_COUNT", "DONE_COUNT"):
+            out[reg] = await csr(ctx, dut, reg)
+
+    out = run_chip(CHIP_SMALL, body)
+    assert out["ERR"] == code, f"{case}: ERR={out['ERR']}, expected {code!r}"
+    assert [out[f"ERR_CMD{i}"] for i in range(4)] == cmd_chunks(cmd), f"{case}: ERR_CMD0..3"
+    assert (out["ERR_COUNT"], out["DONE_COUNT"]) == (1, 1), f"{case}: ERR_COUNT/DONE_COUNT"
+
+
+@pytest.mark.parametrize("case", list(GOOD_BOUNDARY_COMMANDS))
+def test_chip_command_check_boundaries_accepted(case):
+    cmd = GOOD_BOUNDARY_COMMANDS[case]
+
+    async def body(ctx, dut, out):
+        await submit(ctx, dut, [cmd])
+        await wait_idle(ctx, dut, case)
+        out["ERR"] = await csr(ctx, dut, "ERR")
+        out["DONE_COUNT"] = await csr(ctx, dut, "DONE_COUNT")
+
+    out = run_chip(CHIP_SMALL, body)
+    assert (out["ERR"], out["DONE_COUNT"]) == (0, 1), f"{case}: valid boundary command rejected: {out}"
+
+
+@pytest.mark.parametrize("fifo_depth", [2, 3])
+def test_chip_fifo_backpressure(fifo_depth):
+    """A full ring behind a long MATMUL with a tiny prefetch FIFO: nothing lost, order kept."""
+    cfg = small_cfg(2, 2, operand_depth=64, cmd_fifo_depth=fifo_depth)
+    name = f"chip_fifo_{fifo_depth}"
+    seed = case_seed(name)
+    rng = np.random.default_rng(seed)
+    a0, b0, mm0 = golden_tile_cmds(rng, cfg, 40, 0, 0, 0)
+    a1, b1, mm1 = golden_tile_cmds(rng, cfg, 2, 40, 40, 2)
+    a2, b2, mm2 = golden_tile_cmds(rng, cfg, 3, 42, 42, 0, accumulate=True)
+    cmds = [
+        mm0,
+        pack_command(Opcode.NOP),
+        mm1,
+        pack_command(Opcode.REDUCE, flags=ReduceOp.SUM, length=4, arg0=0, arg2=8),
+        pack_command(Opcode.FENCE),
+        mm2,
+        pack_command(Opcode.REDUCE, flags=ReduceOp.MIN, length=2, arg0=0, arg2=9),
+    ]
+    assert len(cmds) == cfg.cmdq_depth - 1
+
+    async def body(ctx, dut, out):
+        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a0) + pack_a_words(a1) + pack_a_words(a2))
+        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b0) + pack_b_words(b1) + pack_b_words(b2))
+        await submit(ctx, dut, cmds)
+        out["status_busy"] = await csr(ctx, dut, "STATUS")
+        await wait_idle(ctx, dut, name, polls=200)
+        out["acc"] = await read_acc_rows(ctx, dut, 0, 10)
+        out["DONE_COUNT"] = await csr(ctx, dut, "DONE_COUNT")
+        out["ERR"] = await csr(ctx, dut, "ERR")
+        out["STALLS"] = await csr(ctx, dut, "STALLS_LO")
+
+    out = run_chip(cfg, body)
+    what = f"{name} (seed={seed})"
+    t0 = gemm_int8(a0, b0)
+    t1 = gemm_int8(a1, b1)
+    red_sum = int(reduce_rows(np.ascontiguousarray(np.concatenate([t0, t1]).reshape(1, -1)), "sum")[0])
+    t0b = gemm_int8_accumulate(t0, a2, b2)
+    red_min = int(reduce_rows(np.ascontiguousarray(t0b.reshape(1, -1)), "min")[0])
+    assert REG["STATUS"].field("busy").get(out["status_busy"]) == 1, f"{what}: STATUS.busy during the run"
+    assert (out["DONE_COUNT"], out["ERR"]) == (len(cmds), 0), f"{what}: {out['DONE_COUNT']=} {out['ERR']=}"
+    np.testing.assert_array_equal(out["acc"][0:2], t0b, err_msg=f"{what}: tile 0")
+    np.testing.assert_array_equal(out["acc"][2:4], t1, err_msg=f"{what}: tile 1")
+    assert out["acc"][8].tolist() == [red_sum, 0], f"{what}: REDUCE SUM"
+    assert out["acc"][9].tolist() == [red_min, INT32_MAX], f"{what}: REDUCE MIN"
+    assert out["STALLS"] > 0, f"{what}: commands waited behind the long MATMUL, STALLS must count"
+
+
+def test_chip_irq_status_and_pin():
+    cfg = CHIP_SMALL
+    done_bit = 1 << REG["IRQ_STATUS"].field("done").lsb
+    err_bit = 1 << REG["IRQ_STATUS"].field("err").lsb
+    irq_en = 1 << REG["CTRL"].field("irq_en").lsb
+
+    async def body(ctx, dut, out):
+        await csr(ctx, dut, "IRQ_STATUS", done_bit | err_bit)  # w1c: start from a clean state
+        out["cleared"] = await csr(ctx, dut, "IRQ_STATUS")
+        out["pin_disabled"] = ctx.get(dut.irq)
+        await submit(ctx, dut, [pack_command(Opcode.MATMUL, length=3)])
+        await wait_idle(ctx, dut, "irq")
+        out["after_done"] = await csr(ctx, dut, "IRQ_STATUS")
+        out["pin_masked"] = ctx.get(dut.irq)
+        await csr(ctx, dut, "CTRL", irq_en)
+        out["ctrl"] = await csr(ctx, dut, "CTRL")
+        out["pin_enabled"] = ctx.get(dut.irq)
+        await csr(ctx, dut, "IRQ_STATUS", done_bit)
+        out["after_w1c"] = await csr(ctx, dut, "IRQ_STATUS")
+        out["pin_after_w1c"] = ctx.get(dut.irq)
+        await submit(ctx, dut, [pack_command(0x33)], first_entry=1)
+        await wait_idle(ctx, dut, "irq")
+        out["after_err"] = await csr(ctx, dut, "IRQ_STATUS")
+        out["pin_err"] = ctx.get(dut.irq)
+        await csr(ctx, dut, "IRQ_STATUS", err_bit)
+        out["after_err_w1c"] = await csr(ctx, dut, "IRQ_STATUS")
+
+    out = run_chip(cfg, body)
+    assert out["cleared"] == 0 and out["pin_disabled"] == 0
+    assert out["after_done"] == done_bit, f"IRQ_STATUS after a command went idle: {out['after_done']:#x}"
+    assert out["pin_masked"] == 0, "irq must stay low while CTRL.irq_en=0"
+    assert out["ctrl"] == irq_en, "CTRL.irq_en must read back"
+    assert out["pin_enabled"] == 1
+    assert out["after_w1c"] == 0 and out["pin_after_w1c"] == 0, "w1c of IRQ_STATUS.done"
+    assert out["after_err"] == done_bit | err_bit and out["pin_err"] == 1
+    assert out["after_err_w1c"] == done_bit, "w1c clears only the written bits"
+
+
+def test_chip_soft_reset():
+    cfg = CHIP_SMALL
+    rng = np.random.default_rng(case_seed("soft_reset"))
+    a, b, cmd = golden_tile_cmds(rng, cfg, 3, 0, 0, 0)
+    soft = 1 << REG["CTRL"].field("soft_reset").lsb
+
+    async def body(ctx, dut, out):
+        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a))
+        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b))
+        await submit(ctx, dut, [pack_command(0x99), cmd])
+        await wait_idle(ctx, dut, "soft_reset")
+        await csr(ctx, dut, "SCRATCH", 0xABCD)
+        await csr(ctx, dut, "CTRL", soft)
+        for reg in ("CTRL", "CMDQ_HEAD", "CMDQ_TAIL", "DONE_COUNT", "ERR", "ERR_COUNT", "STATUS", "SCRATCH"):
+            out[reg] = await csr(ctx, dut, reg)
+        out["c"] = await read_acc_rows(ctx, dut, 0, cfg.rows)
+        # the ring restarts at entry 0
+        await submit(ctx, dut, [pack_command(Opcode.MATMUL, length=3, arg2=2)])
+        await wait_idle(ctx, dut, "soft_reset")
+        out["c2"] = await read_acc_rows(ctx, dut, 2, cfg.rows)
+        out["DONE2"] = await csr(ctx, dut, "DONE_COUNT")
+
+    out = run_chip(cfg, body)
+    assert out["CTRL"] == 0, "soft_reset is a strobe and reads back 0"
+    for reg in ("CMDQ_HEAD", "CMDQ_TAIL", "DONE_COUNT", "ERR", "ERR_COUNT"):
+        assert out[reg] == 0, f"{reg}={out[reg]:#x} after CTRL.soft_reset"
+    assert out["STATUS"] == REG["STATUS"].reset, f"STATUS={out['STATUS']:#x} after soft reset"
+    assert out["SCRATCH"] == 0xABCD, "soft reset is for the command path and units, not SCRATCH"
+    np.testing.assert_array_equal(out["c"], gemm_int8(a, b), err_msg="SRAM contents must survive soft reset")
+    np.testing.assert_array_equal(out["c2"], gemm_int8(a, b), err_msg="MATMUL after soft reset")
+    assert out["DONE2"] == 1
+
+
+@pytest.mark.parametrize("delay", range(10))
+def test_chip_window_error_and_command_error_both_counted(delay):
+    """A window range error and a dropped command, at every relative timing around the drop,
+    are both counted in ERR_COUNT (ERR keeps whichever came first)."""
+    cfg = CHIP_SMALL
+    bad_cmd = pack_command(0x77, tag=0x5EED)
+
+    async def body(ctx, dut, out):
+        await win_write(ctx, dut, MemRegion.CMDQ, 0, cmd_chunks(bad_cmd))
+        await csr(ctx, dut, "MEM_ADDR", win_addr(MemRegion.A, cfg.operand_depth))  # one past the end
+        await csr(ctx, dut, "CMDQ_TAIL", 1)
+        for _ in range(delay):
+            await ctx.tick()
+        await csr(ctx, dut, "MEM_DATA", 0)
+        await wait_idle(ctx, dut, f"delay={delay}")
+        out["ERR"] = await csr(ctx, dut, "ERR")
+        out["ERR_COUNT"] = await csr(ctx, dut, "ERR_COUNT")
+        out["DONE_COUNT"] = await csr(ctx, dut, "DONE_COUNT")
+
+    out = run_chip(cfg, body)
+    assert out["ERR"] in (ErrCode.BAD_OPCODE, ErrCode.WINDOW_RANGE), out
+    assert out["ERR_COUNT"] == 2, (
+        f"delay={delay}: ERR_COUNT={out['ERR_COUNT']} (ERR={ErrCode(out['ERR']).name}); one of the two errors was lost"
+    )
+    assert out["DONE_COUNT"] == 0
+
+
+# ---- CommandProcessor alone: prefetch FIFO back-pressure -------------------------------------
+
+
+class CmdProcHarness(Elaboratable):
+    def __init__(self, cfg: ChipConfig):
+        from rtl.cmdproc import CommandProcessor
+        from rtl.isa import COMMAND_BITS
+
+        self.cfg = cfg
+        self.cp = CommandProcessor(cfg)
+        self.q_mem = Memory(shape=COMMAND_BITS, depth=cfg.cmdq_depth, init=[])
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.cp = self.cp
+        m.submodules.q_mem = self.q_mem
+        rp = self.q_mem.read_port()
+        m.d.comb += [rp.addr.eq(self.cp.cmdq_rd_addr), self.cp.cmdq_rd_data.eq(rp.data)]
+        return m
+
+
+@pytest.mark.parametrize("fifo_depth", [2, 3, 4])
+def test_cmdproc_fifo_full_ring_behind_busy_unit(fifo_depth):
+    """Seven FENCEs queued while a unit is busy: all must retire once it goes idle
+    (every fetched ring entry must land in the prefetch FIFO)."""
+    cfg = small_cfg(2, 2, cmd_fifo_depth=fifo_depth)
+    h = CmdProcHarness(cfg)
+    cp = h.cp
+    n = cfg.cmdq_depth - 1
+    out = {}
+
+    async def tb(ctx):
+        for i in range(n):
+            ctx.set(h.q_mem.data[i], pack_command(Opcode.FENCE, tag=i))
+        ctx.set(cp.mm_feed_ready, 1)
+        ctx.set(cp.mm_busy, 1)  # hold the first FENCE at the FIFO head
+        ctx.set(cp.tail, n)
+        max_level = 0
+        for _ in range(30):
+            max_level = max(max_level, ctx.get(cp.fifo_level))
+            await ctx.tick()
+        out["head_while_blocked"] = ctx.get(cp.head)
+        ctx.set(cp.mm_busy, 0)
+        for _ in range(100):
+            max_level = max(max_level, ctx.get(cp.fifo_level))
+            if ctx.get(cp.idle):
+                break
+            await ctx.tick()
+        else:
+            raise AssertionError(f"fifo_depth={fifo_depth}: never idle; done_count={ctx.get(cp.done_count)}")
+        out["done"] = ctx.get(cp.done_count)
+        out["head"] = ctx.get(cp.head)
+        out["max_level"] = max_level
+
+    run_sim(h, tb)
+    assert out["head"] == n
+    assert out["max_level"] <= fifo_depth
+    assert out["done"] == n, (
+        f"cmd_fifo_depth={fifo_depth}: {n} FENCEs fetched, only {out['done']} retired -- "
+        f"{n - out['done']} commands were dropped on the way into the prefetch FIFO "
+        f"(CMDQ_HEAD advanced by {out['head_while_blocked']} while the FIFO head was blocked)"
+    )
+    assert out["head_while_blocked"] == fifo_depth, (
+        f"fifo_depth={fifo_depth}: prefetched {out['head_while_blocked']} entries while the head was blocked"
+    )
+
+
+@pytest.mark.parametrize("kind", ["nop", "matmul", "reduce"])
+def test_chip_idle_pin_after_doorbell(kind):
+    """The idle pin is high out of reset, low once the doorbell transfer has completed, and
+    rises only when the work is finished (results readable)."""
+    cfg = CHIP_SMALL
+    rng = np.random.default_rng(case_seed(f"idle_pin_{kind}"))
+    a, b, mm = golden_tile_cmds(rng, cfg, 7, 0, 0, 0)
+    acc0 = rand_int32(rng, (4, cfg.lanes))
+    cmd = {
+        "nop": pack_command(Opcode.NOP),
+        "matmul": mm,
+        "reduce": pack_command(Opcode.REDUCE, flags=ReduceOp.SUM, length=4, arg0=0, arg2=5),
+    }[kind]
+
+    async def body(ctx, dut, out):
+        out["reset_pin"] = ctx.get(dut.idle)
+        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a))
+        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b))
+        await write_words(ctx, dut, MemRegion.ACC, 0, [pack_acc_word(r) for r in acc0])
+        await win_write(ctx, dut, MemRegion.CMDQ, 0, cmd_chunks(cmd))
+        out["pin_before"] = ctx.get(dut.idle)
+        await csr(ctx, dut, "CMDQ_TAIL", 1)
+        out["pin_after_doorbell"] = ctx.get(dut.idle)
+        for n in range(200):
+            if ctx.get(dut.idle):
+                break
+            await ctx.tick()
+        else:
+            raise AssertionError(f"{kind}: idle pin never rose")
+        out["status"] = await csr(ctx, dut, "STATUS")
+        out["done"] = await csr(ctx, dut, "DONE_COUNT")
+        out["acc"] = await read_acc_rows(ctx, dut, 0, 6)
+
+    out = run_chip(cfg, body)
+    assert out["reset_pin"] == 1 and out["pin_before"] == 1, f"{kind}: idle pin low with nothing to do"
+    assert out["pin_after_doorbell"] == 0, f"{kind}: idle pin still high after the doorbell transfer completed"
+    assert REG["STATUS"].field("idle").get(out["status"]) == 1, f"{kind}: STATUS.idle disagrees with the pin"
+    assert out["done"] == 1, f"{kind}: idle pin rose before the command retired"
+    exp = acc0.copy()
+    exp = np.concatenate([exp, np.zeros((2, cfg.lanes), np.int32)])
+    if kind == "matmul":
+        exp[0:2] = gemm_int8(a, b)
+    elif kind == "reduce":
+        exp[5] = [int(reduce_rows(np.ascontiguousarray(acc0.reshape(1, -1)), "sum")[0]), 0]
+    np.testing.assert_array_equal(out["acc"], exp, err_msg=f"{kind}: results not final when the idle pin rose")
