@@ -22,7 +22,9 @@ from .testbench import Testbench
 
 __all__ = ["Device", "DeviceTimeout", "DeviceError", "PerfSnapshot", "REVISION_NAMES"]
 
-REVISION_NAMES = {0xA0: "A0", 0xA1: "A1", 0xB0: "B0"}
+from rtl.revisions import REVISIONS
+
+REVISION_NAMES = {r.code: r.name for r in REVISIONS.values()}
 
 
 class DeviceError(RuntimeError):
@@ -138,6 +140,13 @@ class Device:
         self.config: ChipConfig | None = None
         self.rev_code = 0
         self._mems = {}
+        # Command-stream passes (name, fn(cmds, previous) -> (cmds, inserted)) installed by
+        # software that knows the chip's errata; cosim itself does not know any.
+        self.stream_passes: list = []
+        self.pass_counts: dict[str, int] = {}
+        self._last_cmd: int | None = None  # last command queued since the chip was seen idle
+        self.errata_policy: dict[str, str] = {}  # set by whoever opens the device
+        self.errata = None  # cache slot for the software's errata resolution
 
     @classmethod
     async def open(cls, tb: Testbench, reset: bool = True) -> "Device":
@@ -239,6 +248,12 @@ class Device:
         drain the previous one (waited for with the watchdog). Returns as soon as the last piece
         is queued: call :meth:`wait_idle` to wait for completion.
         """
+        commands = list(commands)
+        for name, fn in self.stream_passes:
+            commands, inserted = fn(commands, self._last_cmd)
+            self.pass_counts[name] = self.pass_counts.get(name, 0) + inserted
+        if commands:
+            self._last_cmd = commands[-1]
         depth = self.config.cmdq_depth
         piece = depth - 1
         for start in range(0, len(commands), piece):
@@ -266,7 +281,9 @@ class Device:
         """Wait for the chip to go idle; on watchdog expiry raise :class:`DeviceTimeout`."""
         budget = self.default_budget() if budget_cycles is None else budget_cycles
         ok = await self._timed(self.tb.wait_signal_high(self.tb.dut.idle, budget))
-        if not ok:
+        if ok:
+            self._last_cmd = None
+        else:
             dump = await self.dump_state()
             raise DeviceTimeout(
                 f"watchdog: the chip did not go idle within {budget} cycles\n" + self.format_dump(dump), dump

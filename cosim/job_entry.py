@@ -51,6 +51,7 @@ async def firstlight_job(dut):
         fn = getattr(importlib.import_module(mod_name), fn_name)
         tb = Testbench(dut, clock=spec.get("clock", "hdl"))
         dev = await Device.open(tb)
+        dev.errata_policy = spec.get("errata_policy", {})
         emit({"type": "device", "revision": dev.revision, "config": dev.config.as_dict()})
         result = await fn(dev, emit, **spec.get("kwargs", {}))
         emit({"type": "result", "value": result})

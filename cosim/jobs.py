@@ -96,6 +96,7 @@ def run_job(
     clock: str = "hdl",
     waves: bool = False,
     work_dir: Path | None = None,
+    errata_policy: dict[str, str] | None = None,
 ) -> JobResult:
     """Run one job on a fresh simulator process; raise :class:`JobFailed` if it did not finish."""
     variant = variant or Variant()
@@ -106,7 +107,7 @@ def run_job(
     records_path.unlink(missing_ok=True)
     job_file = work / "job.json"
     job_file.write_text(json.dumps({"target": target, "kwargs": kwargs or {}, "records": str(records_path),
-                                    "clock": clock}))
+                                    "clock": clock, "errata_policy": errata_policy or {}}))
     log, _results, run_s, error = _launch(build, "cosim.job_entry", work, {"FIRSTLIGHT_JOB": str(job_file)}, waves)
     records = []
     if records_path.exists():

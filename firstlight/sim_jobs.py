@@ -56,3 +56,99 @@ async def bench_job(dev, emit, shapes: list[list[int]], seed: int) -> dict:
         emit(rec)
         out.append(rec)
     return {"runs": len(out)}
+
+
+# ---- errata --------------------------------------------------------------------------------
+
+def poison_memories(dev) -> None:
+    """Fill every data SRAM with a pattern, so a read of something not yet written shows."""
+    from rtl.csr_map import MemRegion
+
+    for region in (MemRegion.A, MemRegion.B, MemRegion.ACC):
+        width = dev._mems[region].width
+        pattern = int("5A" * (width // 8), 16)
+        dev.load_words(region, 0, [pattern] * dev.mem_depth(region))
+
+
+async def run_cell(dev, cell: dict | list, seed: int) -> dict:
+    """Run the kernel(s) an erratum record names as meeting its conditions; check vs golden.
+
+    A list of runs passes only if every run does (conditions that differ per revision).
+    """
+    if isinstance(cell, list):
+        results = [await run_cell(dev, c, seed) for c in cell]
+        bad = [r for r in results if not r["passed"]]
+        return {"passed": not bad, "mismatch": bad[0]["mismatch"] if bad else None,
+                "cycles": sum(r["cycles"] or 0 for r in results),
+                "mitigations": sorted({m for r in results for m in r["mitigations"]})}
+    from kernels.fused import gemm_sum
+
+    await dev.wait_idle()
+    poison_memories(dev)
+    rng = np.random.default_rng(seed)
+    kind = cell["kernel"]
+    if kind in ("gemm", "gemm_sum"):
+        a = _int8(rng, (cell["m"], cell["k"]), False)
+        b = _int8(rng, (cell["k"], cell["n"]), False)
+        ref = golden.gemm_int8(a, b)
+        if kind == "gemm":
+            c, stats = await gemm(dev, a, b, k_chunk=cell.get("k_chunk"))
+            mismatch = _first_mismatch(c, ref)
+        else:
+            c, total, stats = await gemm_sum(dev, a, b)
+            ref_total = golden.wrap_int32(int(ref.astype(np.int64).sum()))
+            mismatch = _first_mismatch(c, ref)
+            if mismatch is None and int(total) != int(ref_total):
+                mismatch = {"index": ["total"], "got": int(total), "expected": int(ref_total), "count": 1}
+    elif kind == "reduce":
+        lo, hi = (-(2**31), -1) if cell.get("negative") else (-(2**31), 2**31)
+        x = rng.integers(lo, hi, size=(cell["rows"], cell["cols"]), dtype=np.int64).astype(np.int32)
+        got, stats = await reduce_rows(dev, x, cell["op"])
+        mismatch = _first_mismatch(got, golden.reduce_rows(x, cell["op"]))
+    else:
+        raise ValueError(f"unknown cell kernel {kind!r}")
+    return {"passed": mismatch is None, "mismatch": mismatch, "cycles": stats["cycles"],
+            "mitigations": stats["mitigations"]}
+
+
+async def errata_check_job(dev, emit) -> dict:
+    """Run every reproducer on this chip; report what fired."""
+    from workarounds.registry import ERRATA
+    from workarounds.reproducers import run_reproducer
+
+    out = {}
+    for e in ERRATA:
+        try:
+            r = await run_reproducer(dev, e.reproducer)
+        except Exception as exc:  # a reproducer that crashes the chip is a finding, not a lost run
+            r = {"fired": True, "detail": f"reproducer crashed: {type(exc).__name__}: {exc}"}
+            await dev.write_csr("CTRL", 1)  # soft reset, then go on with the next one
+            dev._tail = 0
+        out[e.id] = r
+        emit({"type": "reproducer", "id": e.id, **r})
+    return {"revision": dev.revision, "reproducers": out}
+
+
+async def errata_matrix_job(dev, emit, ids: list[str] | None = None, seed: int = 1) -> dict:
+    """For each erratum: its reproducer, then its kernel cell with the mitigation on and off."""
+    import workarounds
+    from workarounds.registry import ERRATA
+    from workarounds.reproducers import run_reproducer
+
+    cells = []
+    for e in ERRATA:
+        if ids and e.id not in ids:
+            continue
+        rep = await run_reproducer(dev, e.reproducer)
+        for policy in ("on", "off"):
+            workarounds.set_policy(dev, {e.id: policy})
+            try:
+                r = await run_cell(dev, e.cell, seed)
+            except Exception as exc:
+                r = {"passed": False, "mismatch": f"{type(exc).__name__}: {exc}", "cycles": None, "mitigations": []}
+            rec = {"type": "cell", "id": e.id, "revision": dev.revision, "policy": policy,
+                   "reproducer_fired": rep["fired"], **r}
+            emit(rec)
+            cells.append(rec)
+        workarounds.set_policy(dev, None)
+    return {"cells": len(cells)}

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+import workarounds
 from rtl.config import ChipConfig
 from rtl.csr_map import MemRegion
 from rtl.isa import MATMUL_FLAG_ACCUMULATE, Opcode, pack_command
@@ -25,9 +26,10 @@ from .roofline import drain_cycles, ideal_cycles
 from .stats import Measure
 from .validate import check_matrix
 
-__all__ = ["GemmPlan", "plan_gemm", "gemm"]
+__all__ = ["GemmPlan", "plan_gemm", "plan_for_device", "gemm", "prepare_operands", "queue_group"]
 
 MAX_K_FIELD = 0xFFFF
+_FENCE = pack_command(Opcode.FENCE)
 # Host cost weights for the planner (seconds); measured orders of magnitude on Verilator.
 _HOST_S_PER_WORD = 3e-6
 _HOST_S_PER_CMD = 3e-6
@@ -73,14 +75,41 @@ class GemmPlan:
         return asdict(self)
 
 
-def plan_gemm(config: ChipConfig, m: int, n: int, k: int) -> GemmPlan:
-    """Choose group sizes and the K chunk for an ``m x n x k`` GEMM on ``config``."""
+def _chunk(k: int, cap: int, k_chunk: int | None, avoid_unit_chunk: bool) -> int:
+    """K steps per chunk: at most ``cap`` (and ``k_chunk``); with ``avoid_unit_chunk`` no chunk
+    after the first has a single step (FL-ME-001)."""
+    kc = min(k, cap, MAX_K_FIELD, k_chunk or k)
+    if avoid_unit_chunk and k > 1:
+        while kc > 1 and k % kc == 1:
+            kc -= 1
+        if kc == 1:
+            raise ValueError(f"K={k} cannot be cut into chunks of at most {min(cap, k_chunk or k)} steps "
+                             "without a single-step chunk (erratum FL-ME-001); raise k_chunk")
+    return kc
+
+
+def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int | None = None,
+              b_words: int | None = None,
+              acc_words: int | None = None, k_chunk: int | None = None,
+              avoid_unit_chunk: bool = False, a_panel_extra: int = 0) -> GemmPlan:
+    """Choose group sizes and the K chunk for an ``m x n x k`` GEMM on ``config``.
+
+    ``operand_words`` (A and B), ``b_words`` (B only) and ``acc_words`` limit the SRAM words the
+    plan may use (errata, fused kernels); ``k_chunk`` caps the K steps per MATMUL (a tuning knob); ``a_panel_extra`` words
+    are reserved after every A panel (FL-ME-002).
+    """
     for name, v in (("m", m), ("n", n), ("k", k)):
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if k_chunk is not None and (not isinstance(k_chunk, (int, np.integer)) or k_chunk < 1):
+        raise ValueError(f"k_chunk must be a positive integer, got {k_chunk!r}")
+    op_words = config.operand_depth if operand_words is None else operand_words
+    bw = op_words if b_words is None else min(op_words, b_words)
     tm, tn = math.ceil(m / config.rows), math.ceil(n / config.cols)
-    max_tiles = config.acc_depth // config.rows
-    best, best_cost = None, math.inf
+    max_tiles = (config.acc_depth if acc_words is None else acc_words) // config.rows
+    if max_tiles < 1:
+        raise ValueError(f"acc_words={acc_words} cannot hold one {config.rows}-row C tile")
+    best, best_cost, last_error = None, math.inf, None
     for ga in range(1, tm + 1):
         gb_max = min(tn, max_tiles // ga)
         if gb_max < 1:
@@ -88,8 +117,13 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int) -> GemmPlan:
         for gb in {1, gb_max, min(tn, ga), min(gb_max, max(1, ga))}:
             if gb < 1 or ga * gb > max_tiles:
                 continue
-            kc = min(k, config.operand_depth // max(ga, gb), MAX_K_FIELD)
-            if kc < 1:
+            cap = min(op_words // ga - a_panel_extra, bw // gb)
+            if cap < 1:
+                continue
+            try:
+                kc = _chunk(k, cap, k_chunk, avoid_unit_chunk)
+            except ValueError as e:
+                last_error = e
                 continue
             plan = GemmPlan(m, n, k, tm, tn, ga, gb, kc)
             cmds = tm * tn * plan.chunks
@@ -98,58 +132,112 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int) -> GemmPlan:
                     + plan.predicted_cycles(config) * _SIM_S_PER_CYCLE)
             if cost < best_cost:
                 best, best_cost = plan, cost
-    assert best is not None
+    if best is None:
+        raise last_error or ValueError(f"no GEMM plan fits operand_words={op_words}, acc_words={acc_words}")
     return best
 
 
-async def gemm(dev, a: np.ndarray, b: np.ndarray, *, budget_cycles: int | None = None) -> tuple[np.ndarray, dict]:
-    """Run ``a @ b`` on the chip. Returns ``(c, stats)``; c is int32 with wrap-around."""
+def plan_for_device(dev, m: int, n: int, k: int, *, acc_words: int | None = None,
+                    k_chunk: int | None = None) -> GemmPlan:
+    """Plan with the chip's errata mitigations folded in (FL-SR-001, FL-ME-001, FL-ME-002)."""
+    er = workarounds.for_device(dev)
+    cfg = dev.config
+    return plan_gemm(
+        cfg, m, n, k,
+        b_words=cfg.operand_depth - (1 if er.on("FL-SR-001") else 0),
+        acc_words=acc_words, k_chunk=k_chunk, avoid_unit_chunk=er.on("FL-ME-001"),
+        a_panel_extra=1 if er.on("FL-ME-002") else 0,
+    )
+
+
+def prepare_operands(a, b, cfg: ChipConfig, plan: GemmPlan):
+    """Pad to the array and transform into operand-SRAM words: (A words (TM, K), B words (TN, K))."""
+    m, k = a.shape
+    n = b.shape[1]
+    a_pad = np.zeros((plan.tm * cfg.rows, k), np.int8)
+    a_pad[:m] = a
+    b_pad = np.zeros((k, plan.tn * cfg.cols), np.int8)
+    b_pad[:, :n] = b
+    return pack_a_panels(a_pad, cfg.rows), pack_b_panels(b_pad, cfg.cols)
+
+
+async def queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, host: dict, budget) -> tuple[int, int]:
+    """Load and queue every K chunk of one tile group; returns (tiles along M, along N).
+
+    The group's C tile (p, q) lands at accumulator word ``(p * nb + q) * ROWS``. The last
+    chunk's MATMULs are queued but not waited for.
+    """
+    R = dev.config.rows
+    k = plan.k
+    na = min(plan.ga, plan.tm - gi)
+    nb = min(plan.gb, plan.tn - gj)
+    # FL-ME-002: a MATMUL right behind another reads its first A word at the previous base + K.
+    # Each A panel gets a copy of its first word at base + K, so back-to-back MATMULs on the
+    # same panel read the right value; a FENCE goes only where the panel changes.
+    stale_a = workarounds.for_device(dev).on("FL-ME-002")
+    stride = plan.kc + 1 if stale_a else plan.kc
+    for ci, k0 in enumerate(range(0, k, plan.kc)):
+        kc = min(plan.kc, k - k0)
+        await dev.wait_idle(budget)  # operands are about to be overwritten
+        host["waits"] += 1
+        for p in range(na):
+            panel = a_words[gi + p, k0:k0 + kc].tolist()
+            if stale_a:
+                panel.append(panel[0])
+            host["words_loaded"] += dev.load_words(MemRegion.A, p * stride, panel)
+        for q in range(nb):
+            host["words_loaded"] += dev.load_words(MemRegion.B, q * plan.kc, b_words[gj + q, k0:k0 + kc].tolist())
+        flags = MATMUL_FLAG_ACCUMULATE if ci else 0
+        cmds = []
+        for p in range(na):
+            if stale_a and p:
+                cmds.append(_FENCE)
+            for q in range(nb):
+                cmds.append(pack_command(Opcode.MATMUL, flags=flags, length=kc, arg0=p * stride,
+                                         arg1=q * plan.kc, arg2=(p * nb + q) * R))
+        host["commands"] += len(cmds)
+        await dev.submit(cmds, budget)
+    return na, nb
+
+
+def read_group(dev, out: np.ndarray, gi: int, gj: int, na: int, nb: int) -> None:
+    R, C = dev.config.rows, dev.config.cols
+    words = dev.read_words(MemRegion.ACC, 0, na * nb * R)
+    tiles = words_to_int32(words, C).reshape(na, nb, R, C)
+    out[gi * R:(gi + na) * R, gj * C:(gj + nb) * C] = tiles.transpose(0, 2, 1, 3).reshape(na * R, nb * C)
+
+
+def check_gemm_operands(a, b):
     a = check_matrix("a", a, (np.int8,), "int8 activations, shape (M, K)")
     b = check_matrix("b", b, (np.int8,), "int8 weights, shape (K, N)")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}; need a (M, K) and b (K, N)")
+    return a, b
+
+
+async def gemm(dev, a: np.ndarray, b: np.ndarray, *, k_chunk: int | None = None,
+               budget_cycles: int | None = None) -> tuple[np.ndarray, dict]:
+    """Run ``a @ b`` on the chip. Returns ``(c, stats)``; c is int32 with wrap-around.
+
+    ``k_chunk`` caps the K steps per MATMUL (default: as many as the operand SRAMs hold).
+    """
+    a, b = check_gemm_operands(a, b)
     cfg: ChipConfig = dev.config
     m, k = a.shape
     n = b.shape[1]
-    plan = plan_gemm(cfg, m, n, k)
-    R, C = cfg.rows, cfg.cols
-    a_pad = np.zeros((plan.tm * R, k), np.int8)
-    a_pad[:m] = a
-    b_pad = np.zeros((k, plan.tn * C), np.int8)
-    b_pad[:, :n] = b
-    a_words = pack_a_panels(a_pad, R)  # (TM, K)
-    b_words = pack_b_panels(b_pad, C)  # (TN, K)
-    out = np.zeros((plan.tm * R, plan.tn * C), np.int32)
-
+    plan = plan_for_device(dev, m, n, k, k_chunk=k_chunk)
+    a_words, b_words = prepare_operands(a, b, cfg, plan)
+    out = np.zeros((plan.tm * cfg.rows, plan.tn * cfg.cols), np.int32)
     host = {"words_loaded": 0, "commands": 0, "waits": 0}
-    async with Measure(dev, "gemm", ideal_cycles(cfg, m * n * k), {"shape": [m, n, k], "useful_macs": m * n * k, "plan": plan.as_dict(),
-                                               "predicted_cycles": plan.predicted_cycles(cfg),
-                                               "host": host}) as meas:
+    extra = {"shape": [m, n, k], "useful_macs": m * n * k, "plan": plan.as_dict(),
+             "predicted_cycles": plan.predicted_cycles(cfg), "host": host}
+    async with Measure(dev, "gemm", ideal_cycles(cfg, m * n * k), extra) as meas:
         for gi in range(0, plan.tm, plan.ga):
-            na = min(plan.ga, plan.tm - gi)
             for gj in range(0, plan.tn, plan.gb):
-                nb = min(plan.gb, plan.tn - gj)
-                for ci, k0 in enumerate(range(0, k, plan.kc)):
-                    kc = min(plan.kc, k - k0)
-                    await dev.wait_idle(budget_cycles)  # operands are about to be overwritten
-                    host["waits"] += 1
-                    for p in range(na):
-                        host["words_loaded"] += dev.load_words(MemRegion.A, p * plan.kc, a_words[gi + p, k0:k0 + kc].tolist())
-                    for q in range(nb):
-                        host["words_loaded"] += dev.load_words(MemRegion.B, q * plan.kc, b_words[gj + q, k0:k0 + kc].tolist())
-                    flags = MATMUL_FLAG_ACCUMULATE if ci else 0
-                    cmds = [
-                        pack_command(Opcode.MATMUL, flags=flags, length=kc, arg0=p * plan.kc, arg1=q * plan.kc,
-                                     arg2=(p * nb + q) * R)
-                        for p in range(na)
-                        for q in range(nb)
-                    ]
-                    host["commands"] += len(cmds)
-                    await dev.submit(cmds, budget_cycles)
+                na, nb = await queue_group(dev, plan, a_words, b_words, gi, gj, host, budget_cycles)
                 await dev.wait_idle(budget_cycles)
                 host["waits"] += 1
-                words = dev.read_words(MemRegion.ACC, 0, na * nb * R)
-                tiles = words_to_int32(words, C).reshape(na, nb, R, C)
-                out[gi * R:(gi + na) * R, gj * C:(gj + nb) * C] = tiles.transpose(0, 2, 1, 3).reshape(na * R, nb * C)
+                read_group(dev, out, gi, gj, na, nb)
         await dev.check_no_error()
+    meas.stats.update(workarounds.kernel_report(dev, ("engine", "sram", "cmdproc")))
     return out[:m, :n].copy(), meas.stats

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import workarounds
 from rtl.csr_map import MemRegion
 from rtl.isa import Opcode, ReduceOp, pack_command
 
@@ -25,10 +26,17 @@ IDENTITY = {ReduceOp.SUM: 0, ReduceOp.MAX: -(2**31), ReduceOp.MIN: 2**31 - 1}
 MAX_COUNT = 0xFFFF
 
 
-async def _reduce_word_rows(dev, rows: list[np.ndarray], op: ReduceOp, host: dict, budget) -> list[np.ndarray]:
-    """Reduce each entry (an (n_i, LANES) int32 block) to one word on the chip; returns the words."""
+async def _reduce_word_rows(dev, rows: list[np.ndarray], op: ReduceOp, host: dict, budget,
+                            even_sum: bool = False) -> list[np.ndarray]:
+    """Reduce each entry (an (n_i, LANES) int32 block) to one word on the chip; returns the words.
+
+    ``even_sum``: pad SUM blocks with a zero word to an even count (erratum FL-RU-002).
+    """
     depth = dev.config.acc_depth
     lanes = dev.config.lanes
+    if even_sum and op == ReduceOp.SUM:
+        zero = np.zeros((1, lanes), np.int32)
+        rows = [np.concatenate([r, zero]) if len(r) % 2 else r for r in rows]
     results: list[np.ndarray] = []
     i = 0
     while i < len(rows):
@@ -64,10 +72,18 @@ async def reduce_rows(dev, x: np.ndarray, op: str, *, budget_cycles: int | None 
         raise ValueError(f"op must be one of {', '.join(OPS)}, got {op!r}")
     x = check_matrix("x", x, (np.int32, np.int16, np.int8), "integer rows to reduce, shape (R, C)")
     x = x.astype(np.int32)
+    er = workarounds.for_device(dev)
     rop = OPS[op]
+    # FL-RU-001: MAX folds from 0 on affected chips. ~x is an exact order-reversing map of int32,
+    # so max(x) == ~min(~x): the chip runs MIN on complemented data.
+    complement = rop == ReduceOp.MAX and er.on("FL-RU-001")
+    if complement:
+        x = ~x
+        rop = ReduceOp.MIN
     lanes = dev.config.lanes
     depth = dev.config.acc_depth
-    seg_words = min(MAX_COUNT, depth - 1)
+    even_sum = er.on("FL-RU-002")
+    seg_words = min(MAX_COUNT, depth - 1) - (1 if even_sum else 0)
     rows_n, cols = x.shape
     wpr = -(-cols // lanes)
     padded = np.full((rows_n, wpr * lanes), IDENTITY[rop], np.int32)
@@ -84,7 +100,7 @@ async def reduce_rows(dev, x: np.ndarray, op: str, *, budget_cycles: int | None 
                 for s in range(0, len(blk), seg_words):
                     segs.append(blk[s:s + seg_words])
                     owner.append(r)
-            words = await _reduce_word_rows(dev, segs, rop, host, budget_cycles)
+            words = await _reduce_word_rows(dev, segs, rop, host, budget_cycles, even_sum)
             merged: list[list[np.ndarray]] = [[] for _ in blocks]
             for r, w in zip(owner, words):
                 merged[r].append(w)
@@ -92,4 +108,6 @@ async def reduce_rows(dev, x: np.ndarray, op: str, *, budget_cycles: int | None 
             if all(len(b) == 1 for b in blocks):
                 break
         await dev.check_no_error()
-    return np.array([b[0, 0] for b in blocks], dtype=np.int32), meas.stats
+    meas.stats.update(workarounds.kernel_report(dev, ("reduce", "cmdproc")))
+    result = np.array([b[0, 0] for b in blocks], dtype=np.int32)
+    return (~result if complement else result), meas.stats

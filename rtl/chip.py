@@ -10,7 +10,7 @@ wait (``csr_ready`` stays low) while the engine or the reduction unit is busy.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, ResetInserter, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,10 +20,9 @@ from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, MemRegion
 from .engine import MatrixEngine
 from .isa import COMMAND_BITS, ErrCode
 from .reduce import ReductionUnit
+from .revisions import revision as lookup_revision
 
-__all__ = ["Chip", "REVISION_CODES"]
-
-REVISION_CODES = {"A0": 0xA0, "A1": 0xA1, "B0": 0xB0}
+__all__ = ["Chip"]
 
 
 def _log2(n: int) -> int:
@@ -37,7 +36,9 @@ class Chip(wiring.Component):
     ----------
     config : ChipConfig
     revision : str
-        Silicon revision name; selects the REV code (and, with errata, the defects).
+        Silicon revision name (``rtl.revisions``): selects the REV code and the defects.
+    defects : frozenset or None
+        Override the revision's defects (``frozenset()`` gives the chip as specified).
 
     Attributes
     ----------
@@ -47,12 +48,15 @@ class Chip(wiring.Component):
 
     sram_names = {"A": "a_sram", "B": "b_sram", "ACC": "acc_sram", "CMDQ": "cmdq_sram"}
 
-    def __init__(self, config: ChipConfig | None = None, revision: str = "A0", faults: tuple[str, ...] = ()):
+    def __init__(self, config: ChipConfig | None = None, revision: str = "A0", faults: tuple[str, ...] = (),
+                 defects: frozenset[str] | None = None):
         config = ChipConfig() if config is None else config
         if not isinstance(config, ChipConfig):
             raise TypeError(f"config must be a ChipConfig, not {config!r}")
-        if revision not in REVISION_CODES:
-            raise ValueError(f"unknown revision {revision!r}; known revisions: {', '.join(REVISION_CODES)}")
+        self.rev = lookup_revision(revision)  # ValueError naming the known revisions
+        # ``defects`` overrides the revision's list: frozenset() elaborates the chip as specified
+        # (block-level tests use it); silicon variants always take the revision's own list.
+        self.defects = self.rev.defects if defects is None else frozenset(defects)
         if faults:
             raise ValueError(f"fault injection is not available in this build; got {list(faults)}")
         self.config = config
@@ -87,9 +91,10 @@ class Chip(wiring.Component):
         soft_rst = Signal()
 
         # ---- units (soft reset clears their state; memory contents survive) ---------------
-        engine = MatrixEngine(cfg)
-        reducer = ReductionUnit(cfg)
-        cmdp = CommandProcessor(cfg)
+        defects = self.defects
+        engine = MatrixEngine(cfg, defects)
+        reducer = ReductionUnit(cfg, defects)
+        cmdp = CommandProcessor(cfg, defects)
         m.submodules.engine = ResetInserter(soft_rst)(engine)
         m.submodules.reducer = ResetInserter(soft_rst)(reducer)
         m.submodules.cmdproc = ResetInserter(soft_rst)(cmdp)
@@ -118,11 +123,16 @@ class Chip(wiring.Component):
         }
         win_wp = {MemRegion.A: a_wp, MemRegion.B: b_wp, MemRegion.CMDQ: q_wp}
 
+        b_eng_data = b_rp_eng.data
+        if "operand_top_word_reads_zero" in defects:
+            top_q = Signal()
+            m.d.sync += top_q.eq(engine.b_rd_addr == cfg.operand_depth - 1)
+            b_eng_data = Mux(top_q, 0, b_rp_eng.data)
         m.d.comb += [
             a_rp_eng.addr.eq(engine.a_rd_addr),
             engine.a_rd_data.eq(a_rp_eng.data),
             b_rp_eng.addr.eq(engine.b_rd_addr),
-            engine.b_rd_data.eq(b_rp_eng.data),
+            engine.b_rd_data.eq(b_eng_data),
             acc_rp_eng.addr.eq(engine.acc_rd_addr),
             engine.acc_rd_data.eq(acc_rp_eng.data),
             acc_rp_red.addr.eq(reducer.acc_rd_addr),
@@ -297,7 +307,7 @@ class Chip(wiring.Component):
         )
         ro = {
             "ID": Const(ID_MAGIC, 32),
-            "REV": Const(REVISION_CODES[self.revision], 32),
+            "REV": Const(self.rev.code, 32),
             "CAPS0": Const(caps0, 32),
             "CAPS1": Const(caps1, 32),
             "STATUS": status,

@@ -45,8 +45,9 @@ class CommandProcessor(wiring.Component):
         A command was dropped this cycle.
     """
 
-    def __init__(self, config: ChipConfig):
+    def __init__(self, config: ChipConfig, defects: frozenset[str] = frozenset()):
         self.config = config
+        self.defects = frozenset(defects)
         qw = (config.cmdq_depth - 1).bit_length()
         super().__init__(
             {
@@ -162,7 +163,10 @@ class CommandProcessor(wiring.Component):
                 m.d.comb += retire.eq(self.mm_feed_ready & ~self.rd_busy)
                 m.d.comb += self.mm_start.eq(retire)
             with m.Elif(op == Opcode.REDUCE):
-                m.d.comb += retire.eq(units_idle)
+                if "reduce_issues_before_drain" in self.defects:
+                    m.d.comb += retire.eq(self.mm_feed_ready & ~self.rd_busy)
+                else:
+                    m.d.comb += retire.eq(units_idle)
                 m.d.comb += self.rd_start.eq(retire)
         m.d.comb += [
             q.r_en.eq(retire | drop),

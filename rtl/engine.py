@@ -44,8 +44,9 @@ class MatrixEngine(wiring.Component):
         A valid K step is being read this cycle (``rows*cols`` MACs issued).
     """
 
-    def __init__(self, config: ChipConfig):
+    def __init__(self, config: ChipConfig, defects: frozenset[str] = frozenset()):
         self.config = config
+        self.defects = frozenset(defects)
         aw = (config.operand_depth - 1).bit_length()
         cw = (config.acc_depth - 1).bit_length()
         super().__init__(
@@ -108,10 +109,23 @@ class MatrixEngine(wiring.Component):
                 c_base.eq(self.c_addr),
                 acc_flag.eq(self.accumulate),
             ]
+            if "engine_k1_ignores_accumulate" in self.defects:
+                m.d.sync += acc_flag.eq(self.accumulate & (self.k != 1))
         m.d.comb += [
             self.a_rd_addr.eq(a_base + k_idx),
             self.b_rd_addr.eq(b_base + k_idx),
         ]
+        if "engine_b2b_stale_a_word" in self.defects:
+            # The A address register is not reloaded on a zero-gap start: the first step reads
+            # where the previous command would have read next.
+            stale = Signal()
+            stale_addr = Signal(16)
+            with m.If(self.start & self.feed_ready):
+                m.d.sync += [stale.eq(occupy != 0), stale_addr.eq(a_base + k_len)]
+            with m.Elif(feed_valid):
+                m.d.sync += stale.eq(0)
+            with m.If(stale & (k_idx == 0)):
+                m.d.comb += self.a_rd_addr.eq(stale_addr)
 
         # Stage s1: aligned with the SRAM read data.
         s1_valid = Signal()

@@ -35,8 +35,9 @@ class ReductionUnit(wiring.Component):
         From ``start`` until the result is written.
     """
 
-    def __init__(self, config: ChipConfig):
+    def __init__(self, config: ChipConfig, defects: frozenset[str] = frozenset()):
         self.config = config
+        self.defects = frozenset(defects)
         cw = (config.acc_depth - 1).bit_length()
         super().__init__(
             {
@@ -100,8 +101,14 @@ class ReductionUnit(wiring.Component):
         done = Signal()
         identity = Signal(32)
         m.d.comb += identity.eq(Mux(op == ReduceOp.SUM, 0, Mux(op == ReduceOp.MAX, 0x80000000, 0x7FFFFFFF)))
-        with m.If(cv):
-            m.d.sync += total.eq(Mux(cf, word_result, _combine(op, total, word_result)))
+        fold = Mux(cf, word_result, _combine(op, total, word_result))
+        if "reduce_max_folds_from_zero" in self.defects:
+            fold = Mux(cf & (op == ReduceOp.MAX), _combine(op, Const(0, 32), word_result), fold)
+        take = cv
+        if "reduce_sum_drops_odd_last" in self.defects:
+            take = cv & ~(cl & (op == ReduceOp.SUM) & count[0])
+        with m.If(take):
+            m.d.sync += total.eq(fold)
         m.d.sync += done.eq(cv & cl)
         m.d.comb += [
             self.acc_wr_en.eq(done),
