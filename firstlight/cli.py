@@ -51,6 +51,23 @@ def _array(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _revision(text: str) -> str:
+    from rtl.revisions import REVISIONS
+
+    if text not in REVISIONS:
+        raise argparse.ArgumentTypeError(f"unknown revision {text!r}; known revisions: {', '.join(REVISIONS)}")
+    return text
+
+
+def _policy(items: list[str]) -> dict[str, str]:
+    from workarounds import parse_policy
+
+    try:
+        return parse_policy(items)
+    except ValueError as e:
+        raise CannotStart(str(e)) from None
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim", default="verilator", choices=["verilator", "icarus"],
                    help="simulator to run on (default: verilator)")
@@ -60,6 +77,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the result as JSON")
     p.add_argument("--waves", action="store_true", help="record a waveform of the run and print its path")
     p.add_argument("--extremes", action="store_true", help="draw operands from the extreme values only")
+    p.add_argument("--rev", default="A0", type=_revision, help="silicon revision to build: A0 (default), A1, B0; "
+                   "the kernels read REV from the chip and apply that revision's mitigations")
+    p.add_argument("--errata-policy", action="append", default=[], metavar="ID=auto|on|off",
+                   help="override one erratum's mitigation (repeatable), e.g. FL-ME-002=off")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,14 +116,33 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--array", type=_array, default=None, metavar="ROWSxCOLS")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--json", type=Path, default=None, metavar="PATH")
+    e = sub.add_parser("errata", help="the errata registry: list, show, check on the RTL, measure costs",
+                       description="Errata: what the software believes about each silicon revision, held "
+                       "against the real RTL by running every reproducer.")
+    e_sub = e.add_subparsers(dest="errata_cmd", required=True, metavar="ACTION")
+    el = e_sub.add_parser("list", help="id, unit, category and status for a revision")
+    el.add_argument("--rev", type=_revision, default=None, help="revision (default: every assessed one)")
+    el.add_argument("--json", type=Path, default=None, metavar="PATH")
+    es = e_sub.add_parser("show", help="one whole record, its status per revision and its measured cost")
+    es.add_argument("id", help="erratum id, e.g. FL-ME-001")
+    ec = e_sub.add_parser("check", help="run every reproducer on the RTL of a revision: detected vs expected")
+    ec.add_argument("--rev", type=_revision, required=True)
+    ec.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    ec.add_argument("--json", type=Path, default=None, metavar="PATH")
+    em = e_sub.add_parser("measure", help="run the regression matrix (revision x mitigation on/off), store the "
+                          "cycle costs in workarounds/costs.json and regenerate docs/errata.md")
+    em.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    em.add_argument("--seed", type=int, default=1)
+    ed = e_sub.add_parser("docs", help="regenerate docs/errata.md from the registry and the stored costs")
+    ed.add_argument("--check", action="store_true", help="only check that the committed page is current")
     return parser
 
 
-def _variant(array):
+def _variant(array, revision: str = "A0"):
     from cosim.build import Variant
     from rtl.config import ChipConfig
 
-    return Variant(config=array or ChipConfig())
+    return Variant(config=array or ChipConfig(), revision=revision)
 
 
 def _require_sim(name: str):
@@ -122,7 +162,8 @@ def cmd_run(args) -> int:
     from cosim.jobs import JobFailed, run_job
 
     _require_sim(args.sim)
-    variant = _variant(args.array)
+    policy = _policy(args.errata_policy)
+    variant = _variant(args.array, args.rev)
     if args.kernel == "gemm":
         target, kwargs = "firstlight.sim_jobs:gemm_job", {"m": args.m, "n": args.n, "k": args.k}
         shape = f"{args.m}x{args.n}x{args.k}"
@@ -132,11 +173,12 @@ def cmd_run(args) -> int:
     kwargs.update(seed=args.seed, extremes=args.extremes)
     cfg = variant.config
     console.print(f"[bold]firstlight run {args.kernel}[/] {shape} on a {cfg.rows}x{cfg.cols} array, "
-                  f"{args.sim}, seed {args.seed}")
+                  f"{args.sim}, revision {args.rev}, seed {args.seed}")
     t0 = time.perf_counter()
     work = Path("firstlight-out") / f"run-{int(time.time())}" if args.waves else None
     try:
-        res = run_job(target, kwargs, variant=variant, sim=args.sim, waves=args.waves, work_dir=work)
+        res = run_job(target, kwargs, variant=variant, sim=args.sim, waves=args.waves, work_dir=work,
+                      errata_policy=policy)
     except JobFailed as e:
         err_console.print(f"[red]FAILED[/] {e}")
         return EXIT_FAIL
@@ -158,6 +200,9 @@ def cmd_run(args) -> int:
         "wall_s": st["wall_s"],
         "python_share": st["python_share"],
         "sim_cycles_per_s": st["sim_cycles_per_s"],
+        "mitigations": st.get("mitigations", []),
+        "errata_status": st.get("errata_status", {}),
+        "errata_warnings": st.get("errata_warnings", []),
         "build_s": res.build.build_s,
         "build_cache_hit": res.build.cache_hit,
         "sim_process_s": res.run_s,
@@ -175,11 +220,16 @@ def cmd_run(args) -> int:
     t.add_row("simulated cycles/s", f"{st['sim_cycles_per_s']:,.0f}")
     t.add_row("build", f"{res.build.build_s:.2f} s ({'cached' if res.build.cache_hit else 'compiled'})")
     t.add_row("simulator process", f"{res.run_s:.2f} s (start-up included)")
+    t.add_row("mitigations applied", ", ".join(st.get("mitigations", [])) or "none")
+    for err_id, status in st.get("errata_status", {}).items():
+        t.add_row(f"  {err_id}", status)
     if res.waves:
         t.add_row("waves", str(res.waves))
     elif args.waves:
         t.add_row("waves", f"[yellow]no waveform file found in {work}[/]")
     console.print(t)
+    for w in st.get("errata_warnings", []):
+        err_console.print(f"[bold red]WARNING:[/] {w}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))
@@ -259,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "errata":
+            from .errata_cli import cmd_errata
+
+            return cmd_errata(args, console, err_console)
     except CannotStart as e:
         err_console.print(f"[red]cannot start:[/] {e}")
         return EXIT_CANNOT_START

@@ -62,3 +62,55 @@ def test_run_reduce(tmp_path):
     out = tmp_path / "r.json"
     assert cli.main(["run", "reduce", "--rows", "3", "--cols", "10", "--op", "min", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["passed"] is True
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["errata", "list", "--rev", "Z9"], "unknown revision 'Z9'"),
+        (["errata", "show", "FL-XX-999"], "unknown erratum 'FL-XX-999'"),
+        (["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--errata-policy", "FL-ME-001=maybe"],
+         "must be one of auto, on, off"),
+        (["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--errata-policy", "FL-ME-001"], "must look like ID="),
+        (["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--rev", "C7"], "unknown revision 'C7'"),
+    ],
+)
+def test_errata_bad_input_exit_2(argv, needle, capsys):
+    assert cli.main(argv) == cli.EXIT_CANNOT_START
+    assert needle in capsys.readouterr().err
+
+
+def test_errata_list_and_show(capsys, tmp_path):
+    out = tmp_path / "e.json"
+    assert cli.main(["errata", "list", "--rev", "B0", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert {r["id"]: r["status"]["B0"] for r in rows}["FL-CP-001"].startswith("Mitigated: ")
+    assert cli.main(["errata", "show", "FL-ME-002"]) == 0
+    text = capsys.readouterr().out
+    assert "Not affected" in text and "cycles" in text
+
+
+@pytest.mark.sim
+def test_run_with_mitigation_off_warns_and_fails(tmp_path, capsys):
+    require_sim("verilator")
+    out = tmp_path / "r.json"
+    code = cli.main(["run", "reduce", "--rows", "2", "--cols", "12", "--op", "sum", "--rev", "A0",
+                     "--errata-policy", "FL-RU-002=off", "--json", str(out)])
+    assert code == cli.EXIT_FAIL, "an odd-count SUM on A0 without its mitigation must be wrong"
+    d = json.loads(out.read_text())
+    assert d["errata_status"]["FL-RU-002"] == "Vulnerable" and "FL-RU-001" in d["mitigations"]
+    assert "FL-RU-002" in capsys.readouterr().err
+
+
+@pytest.mark.sim
+def test_errata_check_exit_code_follows_the_registry(monkeypatch, capsys):
+    import dataclasses
+
+    from workarounds import registry
+
+    require_sim("verilator")
+    assert cli.main(["errata", "check", "--rev", "A1"]) == cli.EXIT_OK
+    doctored = tuple(dataclasses.replace(e, affected=("A0",)) if e.id == "FL-RU-001" else e for e in registry.ERRATA)
+    monkeypatch.setattr(registry, "ERRATA", doctored)
+    assert cli.main(["errata", "check", "--rev", "A1"]) == cli.EXIT_FAIL
+    assert "NEW FINDING: FL-RU-001 on A1" in capsys.readouterr().err

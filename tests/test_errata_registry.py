@@ -1,0 +1,99 @@
+"""The registry without a simulator: lint, the generated page, policy, status strings, passes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from kernels.gemm import plan_gemm
+from rtl.config import ChipConfig
+from rtl.isa import Opcode, pack_command
+from workarounds import ERRATA, ErratumWarning, parse_policy, resolve
+from workarounds.check import compare
+from workarounds.docs import render
+from workarounds.lint import lint
+from workarounds.passes import PASSES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_registry_is_clean():
+    assert lint() == []
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"defect": "engine_made_up"}, "which rtl/revisions.py does not have"),
+        ({"affected": ("A0", "Z9")}, "unknown revision 'Z9'"),
+        ({"unit": "dma"}, "unknown unit 'dma'"),
+        ({"reproducer": "repro_nothing"}, "reproducer 'repro_nothing' does not exist"),
+        ({"mitigation": ""}, "needs a mitigation"),
+        ({"fixed_in": "A0"}, "also listed as affected"),
+    ],
+)
+def test_lint_catches_a_broken_record(change, needle):
+    broken = dataclasses.replace(ERRATA[0], **change)
+    problems = lint((broken, *ERRATA[1:]))
+    assert any(needle in p for p in problems), problems
+
+
+def test_lint_catches_duplicate_ids():
+    assert any("duplicate id" in p for p in lint((*ERRATA, ERRATA[0])))
+
+
+def test_generated_page_is_current():
+    page = (ROOT / "docs" / "errata.md").read_text()
+    assert page == render(), "docs/errata.md is stale: run `firstlight errata docs` (or `errata measure`)"
+
+
+def test_policy_parsing_errors():
+    assert parse_policy(["FL-ME-001=off"]) == {"FL-ME-001": "off"}
+    with pytest.raises(ValueError, match="must look like ID=auto|on|off"):
+        parse_policy(["FL-ME-001"])
+    with pytest.raises(ValueError, match="unknown erratum 'FL-XX-999'"):
+        parse_policy(["FL-XX-999=on"])
+    with pytest.raises(ValueError, match="must be one of auto, on, off, not 'maybe'"):
+        parse_policy(["FL-ME-001=maybe"])
+
+
+def test_status_strings_and_warnings():
+    r = resolve("A0")
+    assert r.status["FL-ME-001"].startswith("Mitigated: ")
+    assert r.status["FL-CP-001"] == "Not affected"
+    assert resolve("B0").status["FL-CP-001"].startswith("Mitigated: ")
+    with pytest.warns(ErratumWarning, match="FL-ME-002 .* affects A0 and its mitigation is OFF"):
+        off = resolve("A0", {"FL-ME-002": "off"})
+    assert off.status["FL-ME-002"] == "Vulnerable" and "FL-ME-002" not in off.active
+    unknown = resolve("unknown(0xc3)")
+    assert set(unknown.status.values()) == {"Unknown"} and not unknown.active
+    assert any("not in the errata registry" in w for w in unknown.warnings)
+
+
+def test_fence_pass_between_matmul_and_reduce_also_across_submits():
+    mm, red, nop = pack_command(Opcode.MATMUL, length=4), pack_command(Opcode.REDUCE, length=1), pack_command(Opcode.NOP)
+    fence = pack_command(Opcode.FENCE)
+    out, n = PASSES["FL-CP-001"]([mm, red, nop, red], None)
+    assert out == [mm, fence, red, nop, red] and n == 1
+    out, n = PASSES["FL-CP-001"]([red], mm)  # the MATMUL came in an earlier submit
+    assert out == [fence, red] and n == 1
+
+
+def test_planner_applies_errata_constraints():
+    cfg = ChipConfig()
+    p = plan_gemm(cfg, 4, 4, 33, k_chunk=16, avoid_unit_chunk=True)
+    assert p.k % p.kc != 1
+    p = plan_gemm(cfg, 4, 4, 2000, b_words=cfg.operand_depth - 1)
+    assert p.gb * p.kc <= cfg.operand_depth - 1
+    p = plan_gemm(cfg, 8, 4, 2000, a_panel_extra=1)
+    assert p.ga * (p.kc + 1) <= cfg.operand_depth
+
+
+def test_compare_reports_new_findings_and_missing_reproductions():
+    observed = {e.id: {"fired": "A0" in e.affected, "detail": ""} for e in ERRATA}
+    assert {r["verdict"] for r in compare("A0", observed)} == {"ok"}
+    wrong = (dataclasses.replace(ERRATA[0], affected=("A1",)), *ERRATA[1:])
+    rows = {r["id"]: r["verdict"] for r in compare("A0", observed, wrong)}
+    assert rows[ERRATA[0].id] == "new finding"

@@ -1,0 +1,32 @@
+"""Hold the registry against what the RTL really does (reproducer observations)."""
+
+from __future__ import annotations
+
+from . import registry
+from .registry import Erratum
+
+__all__ = ["compare"]
+
+
+def compare(revision: str, observed: dict[str, dict], errata: tuple[Erratum, ...] | None = None) -> list[dict]:
+    """One row per erratum: expected (registry) vs detected (reproducer) on ``revision``.
+
+    ``verdict`` is ``ok``, ``new finding`` (fired where the registry says not affected) or
+    ``not reproduced`` (the registry says affected, the reproducer saw nothing).
+    """
+    rows = []
+    for e in registry.ERRATA if errata is None else errata:
+        expected = revision in e.affected
+        obs = observed.get(e.id)
+        fired = bool(obs and obs.get("fired"))
+        if obs is None:
+            verdict = "not run"
+        elif fired == expected:
+            verdict = "ok"
+        elif fired:
+            verdict = "new finding"
+        else:
+            verdict = "not reproduced"
+        rows.append({"id": e.id, "unit": e.unit, "expected": expected, "detected": fired, "verdict": verdict,
+                     "detail": (obs or {}).get("detail", "")})
+    return rows
