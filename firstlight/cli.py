@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GEMM shapes (default: 16x16x16 32x32x32 64x64x64 128x128x128 256x256x256; "
                    "Icarus stops at 128^3 unless shapes are given)")
     b.add_argument("--array", type=_array, default=None, metavar="ROWSxCOLS")
+    b.add_argument("--rev", default="A0", type=_revision, help="silicon revision (default A0, mitigations on)")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--json", type=Path, default=None, metavar="PATH")
     e = sub.add_parser("errata", help="the errata registry: list, show, check on the RTL, measure costs",
@@ -257,9 +258,10 @@ def cmd_bench(args) -> int:
         if isinstance(info, SimulatorMissing) and not args.sims:
             console.print(f"[yellow]skipping {s}:[/] {info}")
     default = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256"]
-    variant = _variant(args.array)
+    variant = _variant(args.array, args.rev)
     cfg = variant.config
-    table = Table(title=f"GEMM on a {cfg.rows}x{cfg.cols} array (int8, bit-exact vs golden)")
+    table = Table(title=f"GEMM on a {cfg.rows}x{cfg.cols} array, revision {args.rev} "
+                  "(int8, bit-exact vs golden, errata mitigations on)")
     for col in ("sim", "shape", "result", "cycles", "ideal", "util", "sim cyc/s", "Python share",
                 "kernel wall s", "build first s", "build cached s"):
         table.add_column(col, justify="right")
