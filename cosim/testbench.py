@@ -12,6 +12,7 @@ from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
 __all__ = ["Testbench", "BusTimeout", "CLOCK_PERIOD_NS"]
 
 CLOCK_PERIOD_NS = 10  # fixed by cosim/hdl/fl_tb.v
+BUS_TIMEOUT_CYCLES = 65535  # the wrapper's bus watchdog (cosim/hdl/fl_tb.v)
 
 
 class BusTimeout(RuntimeError):
@@ -29,13 +30,15 @@ class Testbench:
         ``Clock(impl="gpi")`` (needs a build with ``FL_GPI_CLOCK``).
     """
 
-    def __init__(self, dut, clock: str = "hdl", bus_timeout_cycles: int = 10_000):
+    def __init__(self, dut, clock: str = "hdl"):
         self.dut = dut
         self.clock = clock
         self.clk = dut.clk
         self.chip = dut.chip
-        self.bus_timeout_cycles = bus_timeout_cycles
         self._started = False
+        # True while the testbench sits at a falling clock edge it reached itself, with no time
+        # passed since: handles may be written and a transfer may start without another wait.
+        self._at_falling_edge = False
 
     async def start(self) -> None:
         if self._started:
@@ -55,34 +58,49 @@ class Testbench:
         await FallingEdge(self.clk)
         self.dut.rst.value = 0
         await FallingEdge(self.clk)
+        self._at_falling_edge = True
 
     async def wait_cycles(self, n: int) -> None:
         """Let the simulator run ``n`` clock periods without waking Python in between."""
         if n > 0:
+            self._at_falling_edge = False
             await Timer(n * CLOCK_PERIOD_NS, "ns")
 
     def now_cycles(self) -> int:
         return self.now_ns() // CLOCK_PERIOD_NS
 
     async def transfer(self, addr: int, wdata: int = 0, write: bool = False) -> int:
-        """One CSR bus transfer; returns the read data (0 for writes)."""
+        """One CSR bus transfer; returns the read data (0 for writes).
+
+        Python wakes three times: when ``csr_ready`` rises, to read it settled, and at the next
+        falling edge, where the strobe drops (and where the next transfer may start at once).
+        """
         d = self.dut
-        await FallingEdge(self.clk)
+        if not self._at_falling_edge:
+            await FallingEdge(self.clk)
+        self._at_falling_edge = False
         d.csr_addr.value = addr
         d.csr_wdata.value = wdata & 0xFFFFFFFF
         strobe = d.csr_we if write else d.csr_re
         strobe.value = 1
-        if not await self._settled_high(d.csr_ready, self.bus_timeout_cycles):
+        while True:
+            await RisingEdge(d.csr_event)
+            await ReadOnly()
+            if str(d.csr_ready.value) == "1" or str(d.bus_timeout.value) == "1":
+                break
+        if str(d.csr_ready.value) != "1":
             await FallingEdge(self.clk)
             strobe.value = 0
+            self._at_falling_edge = True
             kind = "write" if write else "read"
             raise BusTimeout(
-                f"CSR {kind} at address 0x{addr:02x} got no csr_ready within {self.bus_timeout_cycles} "
+                f"CSR {kind} at address 0x{addr:02x} got no csr_ready within {BUS_TIMEOUT_CYCLES} "
                 "cycles (a window write into ACC waits while a unit is busy; is the chip hung?)"
             )
         data = int(d.csr_rdata.value)
         await FallingEdge(self.clk)
         strobe.value = 0
+        self._at_falling_edge = True
         return data
 
     async def wait_signal_high(self, signal, budget_cycles: int) -> bool:
@@ -92,6 +110,7 @@ class Testbench:
         """
         ok = await self._settled_high(signal, budget_cycles)
         await FallingEdge(self.clk)
+        self._at_falling_edge = True
         return ok
 
     async def _settled_high(self, signal, budget_cycles: int) -> bool:
