@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test bench clean
+.PHONY: venv bringup demo test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# The main job: until the first-light checklist exists, a short demo of `firstlight run`.
+# The main job: the first-light checklist on the default revision (A0, Verilator).
+bringup: $(STAMP)
+	$(BIN)/firstlight bringup --report firstlight-out/bringup
+
+# A short demo of single kernel runs.
 demo: $(STAMP)
 	$(BIN)/firstlight run gemm --m 37 --n 19 --k 100
 	$(BIN)/firstlight run reduce --rows 6 --cols 50 --op max

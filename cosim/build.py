@@ -36,6 +36,11 @@ _RTL_DIR = Path(__file__).resolve().parent.parent / "rtl"
 # Verilator: keep lint warnings visible in the build log but not fatal (Amaranth's Verilog has
 # width-mismatch patterns Verilator flags); --timing for the HDL clock in the wrapper.
 VERILATOR_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT", "--timing")
+# Icarus: Yosys' Verilog kicks every `always @*` block at time 0 through a `reg x = 0;`
+# declaration, which is an event in Verilog-2005 but not in SystemVerilog. cocotb compiles with
+# -g2012, so combinational outputs such as csr_ready stayed X after reset (the bring-up reset
+# stage caught it). The generated code is Verilog-2005: compile it as such (the later flag wins).
+ICARUS_ARGS = ("-g2005",)
 
 
 def cache_root() -> Path:
@@ -157,7 +162,7 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
     info.apply_env()
     verilog_path, v_hit, elab_s = generate_verilog(variant)
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
-    args = list(VERILATOR_ARGS) if sim == "verilator" else []
+    args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
     key = _sha(verilog_path.read_bytes(), tb, sim, info.version, cocotb.__version__, clock, json.dumps(args),
                str(waves))
     build_dir = cache_root() / "sim" / f"{sim}-{key}"

@@ -147,26 +147,43 @@ class Device:
         self._last_cmd: int | None = None  # last command queued since the chip was seen idle
         self.errata_policy: dict[str, str] = {}  # set by whoever opens the device
         self.errata = None  # cache slot for the software's errata resolution
+        self.watchdog_cycles = 1_000_000  # default budget of every wait for idle
 
     @classmethod
-    async def open(cls, tb: Testbench, reset: bool = True) -> "Device":
+    async def open(cls, tb: Testbench, reset: bool = True, discover: bool = True,
+                   config: ChipConfig | None = None) -> "Device":
+        """Reset (optionally) and open the chip.
+
+        With ``discover`` the ID, REV and CAPS registers are read and checked (the normal path).
+        Without it (bring-up, where those registers are under test) the caller passes the
+        ``config`` the chip was built with and runs its own identity checks.
+        """
         dev = cls(tb)
         if reset:
             await dev._timed(tb.reset())
+        if not discover:
+            if config is None:
+                raise ValueError("open(discover=False) needs the config the chip was built with")
+            dev.config = config
+            dev._attach_memories()
+            return dev
         ident = await dev.read_csr("ID")
         if ident != ID_MAGIC:
             raise DeviceError(f"ID register reads 0x{ident:08x}, expected 0x{ID_MAGIC:08x}: not a firstlight chip or the bus is broken")
         dev.rev_code = await dev.read_csr("REV")
         dev.config = caps_to_config(await dev.read_csr("CAPS0"), await dev.read_csr("CAPS1"))
-        chip, cfg = tb.chip, dev.config
-        dev._mems = {
+        dev._attach_memories()
+        dev._tail = await dev.read_csr("CMDQ_TAIL")
+        return dev
+
+    def _attach_memories(self) -> None:
+        chip, cfg = self.tb.chip, self.config
+        self._mems = {
             MemRegion.A: _Backdoor(chip.a_sram, cfg.a_word_bits, cfg.operand_depth),
             MemRegion.B: _Backdoor(chip.b_sram, cfg.b_word_bits, cfg.operand_depth),
             MemRegion.ACC: _Backdoor(chip.acc_sram, cfg.acc_word_bits, cfg.acc_depth),
             MemRegion.CMDQ: _Backdoor(chip.cmdq_sram, COMMAND_BITS, cfg.cmdq_depth),
         }
-        dev._tail = await dev.read_csr("CMDQ_TAIL")
-        return dev
 
     @property
     def revision(self) -> str:
@@ -275,7 +292,7 @@ class Device:
         await self.wait_idle(budget_cycles)
 
     def default_budget(self) -> int:
-        return 1_000_000
+        return self.watchdog_cycles
 
     async def wait_idle(self, budget_cycles: int | None = None) -> None:
         """Wait for the chip to go idle; on watchdog expiry raise :class:`DeviceTimeout`."""

@@ -18,6 +18,7 @@ import cocotb
 
 from cosim.device import Device
 from cosim.testbench import Testbench
+from rtl.config import ChipConfig
 
 
 class Emitter:
@@ -50,9 +51,12 @@ async def firstlight_job(dut):
         mod_name, fn_name = spec["target"].split(":")
         fn = getattr(importlib.import_module(mod_name), fn_name)
         tb = Testbench(dut, clock=spec.get("clock", "hdl"))
-        dev = await Device.open(tb)
+        if spec.get("discover", True):
+            dev = await Device.open(tb)
+            emit({"type": "device", "revision": dev.revision, "config": dev.config.as_dict()})
+        else:  # bring-up: identity registers are under test, use the config the chip was built with
+            dev = await Device.open(tb, discover=False, config=ChipConfig(**spec["config"]))
         dev.errata_policy = spec.get("errata_policy", {})
-        emit({"type": "device", "revision": dev.revision, "config": dev.config.as_dict()})
         result = await fn(dev, emit, **spec.get("kwargs", {}))
         emit({"type": "result", "value": result})
     except Exception as e:

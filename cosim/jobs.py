@@ -97,17 +97,20 @@ def run_job(
     waves: bool = False,
     work_dir: Path | None = None,
     errata_policy: dict[str, str] | None = None,
+    discover: bool = True,
+    build: Build | None = None,
 ) -> JobResult:
     """Run one job on a fresh simulator process; raise :class:`JobFailed` if it did not finish."""
     variant = variant or Variant()
-    build = build_simulator(variant, sim=sim, clock=clock, waves=waves)
+    build = build or build_simulator(variant, sim=sim, clock=clock, waves=waves)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="firstlight-"))
     work.mkdir(parents=True, exist_ok=True)
     records_path = work / "records.jsonl"
     records_path.unlink(missing_ok=True)
     job_file = work / "job.json"
     job_file.write_text(json.dumps({"target": target, "kwargs": kwargs or {}, "records": str(records_path),
-                                    "clock": clock, "errata_policy": errata_policy or {}}))
+                                    "clock": clock, "errata_policy": errata_policy or {}, "discover": discover,
+                                    "config": variant.config.as_dict()}))
     log, _results, run_s, error = _launch(build, "cosim.job_entry", work, {"FIRSTLIGHT_JOB": str(job_file)}, waves)
     records = []
     if records_path.exists():

@@ -117,6 +117,33 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rev", default="A0", type=_revision, help="silicon revision (default A0, mitigations on)")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--json", type=Path, default=None, metavar="PATH")
+    bu = sub.add_parser(
+        "bringup", help="the first-light checklist: reset to roofline, stage by stage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Walk the chip up the bring-up ladder: build, reset, identity, CSR bus, memories, "
+        "command path, engine smoke, errata, kernels, performance. A failed stage blocks the stages that "
+        "depend on it; independent stages still run.",
+        epilog="fault syntax (--inject, repeatable):\n"
+        "  sram:<A|B|ACC>:<stuck0|stuck1>:addr=<n>:bit=<n>   one stuck cell\n"
+        "  sram:<A|B|ACC>:alias:addr_bit=<n>                  an address line tied low\n"
+        "  csr:<REGISTER>:<stuck0|stuck1>:bit=<n>             a stuck register bit\n\n"
+        "exit codes: 0 every stage passed, 1 a stage failed or was blocked, 2 could not start.")
+    bu.add_argument("--rev", default="A0", type=_revision, help="revision to build (default A0)")
+    bu.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    bu.add_argument("--inject", action="append", default=[], metavar="FAULT",
+                    help="build with a manufacturing defect no revision has (see below)")
+    bu.add_argument("--only", nargs="+", default=None, metavar="STAGE",
+                    help="run these stages (and what they depend on); the others are skipped")
+    bu.add_argument("--seed", type=int, default=1)
+    bu.add_argument("--report", type=Path, default=None, metavar="DIR",
+                    help="write report.json, junit.xml and report.md here")
+    bu.add_argument("--array", type=_array, default=None, metavar="ROWSxCOLS")
+    bu.add_argument("--watchdog", type=_positive, default=1_000_000, metavar="CYCLES",
+                    help="cycle budget of every wait for the chip (default 1000000); on expiry the stage "
+                    "fails with a STATUS/ERR dump")
+    bu.add_argument("--sram-depth", type=_positive, default=None, metavar="N",
+                    help="words in every SRAM (power of two; smaller is quicker to test; default 1024)")
+
     e = sub.add_parser("errata", help="the errata registry: list, show, check on the RTL, measure costs",
                        description="Errata: what the software believes about each silicon revision, held "
                        "against the real RTL by running every reproducer.")
@@ -300,6 +327,35 @@ def cmd_bench(args) -> int:
     return EXIT_FAIL if failed else EXIT_OK
 
 
+def cmd_bringup(args) -> int:
+    from dataclasses import replace
+
+    from cosim.build import Variant
+    from rtl.config import ChipConfig
+    from rtl.faults import parse_faults
+
+    from .bringup.plan import closure
+    from .bringup.run import run_bringup
+
+    _require_sim(args.sim)
+    cfg = args.array or ChipConfig()
+    if args.sram_depth:
+        try:
+            cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)
+        except ValueError as e:
+            raise CannotStart(f"--sram-depth: {e}") from None
+    try:
+        parse_faults(args.inject, cfg)
+        if args.only:
+            closure(args.only)
+    except ValueError as e:
+        raise CannotStart(str(e)) from None
+    variant = Variant(config=cfg, revision=args.rev, faults=tuple(args.inject))
+    report = run_bringup(variant=variant, sim=args.sim, seed=args.seed, only=args.only, report_dir=args.report,
+                         console=console, watchdog_cycles=args.watchdog)
+    return EXIT_OK if report["passed"] else EXIT_FAIL
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -311,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "bringup":
+            return cmd_bringup(args)
         if args.command == "errata":
             from .errata_cli import cmd_errata
 

@@ -20,6 +20,7 @@ from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, MemRegion
 from .engine import MatrixEngine
 from .isa import COMMAND_BITS, ErrCode
 from .reduce import ReductionUnit
+from .faults import CsrStuck, SramAlias, SramStuck, parse_faults
 from .revisions import revision as lookup_revision
 
 __all__ = ["Chip"]
@@ -27,6 +28,48 @@ __all__ = ["Chip"]
 
 def _log2(n: int) -> int:
     return (n - 1).bit_length()
+
+
+def _force_bit(value, bit: int, to: int):
+    value = Cat(value, Const(0, 32))[:32]
+    return (value | (1 << bit)) if to else (value & (0xFFFFFFFF ^ (1 << bit)))
+
+
+class _Proxy:
+    """Port signals as the rest of the chip sees them (attributes mirror Amaranth's ports)."""
+
+
+class _FaultyPorts:
+    """An SRAM's ports seen through injected faults: aliased address lines, stuck cells.
+
+    ``mask`` clears tied-low address lines on every port; a stuck cell forces its bit on every
+    read of the physical word (after aliasing). With no faults these are plain wires.
+    """
+
+    def __init__(self, m: Module, mem, write_port, mask: int, stuck: list):
+        self._m, self._mem, self._mask, self._stuck = m, mem, mask, stuck
+        self.write = _Proxy()
+        self.write.addr = Signal.like(write_port.addr, name=f"{write_port.addr.name}_in")
+        self.write.data = Signal.like(write_port.data)
+        self.write.en = Signal.like(write_port.en)
+        m.d.comb += [write_port.addr.eq(self.write.addr & mask), write_port.data.eq(self.write.data),
+                     write_port.en.eq(self.write.en)]
+
+    def read_port(self):
+        m, port = self._m, self._mem.read_port()
+        p = _Proxy()
+        p.addr = Signal.like(port.addr)
+        m.d.comb += port.addr.eq(p.addr & self._mask)
+        data = port.data
+        if self._stuck:
+            addr_q = Signal.like(port.addr)
+            m.d.sync += addr_q.eq(p.addr & self._mask)
+            for f in self._stuck:
+                forced = data | (1 << f.bit) if f.value else data & ~(1 << f.bit)
+                data = Mux(addr_q == f.addr, forced, data)
+        p.data = Signal.like(port.data)
+        m.d.comb += p.data.eq(data)
+        return p
 
 
 class Chip(wiring.Component):
@@ -57,8 +100,7 @@ class Chip(wiring.Component):
         # ``defects`` overrides the revision's list: frozenset() elaborates the chip as specified
         # (block-level tests use it); silicon variants always take the revision's own list.
         self.defects = self.rev.defects if defects is None else frozenset(defects)
-        if faults:
-            raise ValueError(f"fault injection is not available in this build; got {list(faults)}")
+        self.fault_list = parse_faults(faults, config)  # ValueError with the accepted syntax
         self.config = config
         self.revision = revision
         self.faults = tuple(faults)
@@ -99,18 +141,26 @@ class Chip(wiring.Component):
         m.submodules.reducer = ResetInserter(soft_rst)(reducer)
         m.submodules.cmdproc = ResetInserter(soft_rst)(cmdp)
 
-        # ---- SRAMs ---------------------------------------------------------------------
-        def make_sram(name, width, depth):
+        # ---- SRAMs (seen through any injected faults) ----------------------------------------
+        faults = self.fault_list
+
+        def make_sram(name, key, width, depth):
             gran = 32 if width > 32 else None
             mem = memory.Memory(shape=width, depth=depth, init=[])
             m.submodules[name] = mem
+            mask = depth - 1
+            for f in faults:
+                if isinstance(f, SramAlias) and f.sram == key:
+                    mask &= ~(1 << f.addr_bit)
+            stuck = [f for f in faults if isinstance(f, SramStuck) and f.sram == key]
             wp = mem.write_port(granularity=gran) if gran else mem.write_port()
-            return mem, wp
+            return _FaultyPorts(m, mem, wp, mask, stuck)
 
-        a_mem, a_wp = make_sram("a_sram", cfg.a_word_bits, cfg.operand_depth)
-        b_mem, b_wp = make_sram("b_sram", cfg.b_word_bits, cfg.operand_depth)
-        acc_mem, acc_wp = make_sram("acc_sram", cfg.acc_word_bits, cfg.acc_depth)
-        q_mem, q_wp = make_sram("cmdq_sram", COMMAND_BITS, cfg.cmdq_depth)
+        a_mem = make_sram("a_sram", "A", cfg.a_word_bits, cfg.operand_depth)
+        b_mem = make_sram("b_sram", "B", cfg.b_word_bits, cfg.operand_depth)
+        acc_mem = make_sram("acc_sram", "ACC", cfg.acc_word_bits, cfg.acc_depth)
+        q_mem = make_sram("cmdq_sram", "CMDQ", COMMAND_BITS, cfg.cmdq_depth)
+        a_wp, b_wp, acc_wp, q_wp = a_mem.write, b_mem.write, acc_mem.write, q_mem.write
 
         a_rp_eng, b_rp_eng = a_mem.read_port(), b_mem.read_port()
         acc_rp_eng, acc_rp_red = acc_mem.read_port(), acc_mem.read_port()
@@ -219,16 +269,25 @@ class Chip(wiring.Component):
                                  req_write.eq(self.csr_we)]
                     m.next = "ACCESS"
             with m.State("ACCESS"):
-                is_mem = req_addr == REG["MEM_DATA"].addr
+                is_mem = ((req_addr == REG["MEM_DATA"].addr) | (req_addr == REG["MEM_DATA_KEEP"].addr)
+                          | (req_addr == REG["MEM_DATA_DEC"].addr))
+                next_addr = Signal(32)
+                with m.Switch(req_addr):
+                    with m.Case(REG["MEM_DATA_KEEP"].addr):
+                        m.d.comb += next_addr.eq(mem_addr)
+                    with m.Case(REG["MEM_DATA_DEC"].addr):
+                        m.d.comb += next_addr.eq(mem_addr - 1)
+                    with m.Default():
+                        m.d.comb += next_addr.eq(mem_addr + 1)
                 with m.If(is_mem & ~win_ok):
                     m.d.comb += win_err.eq(1)
-                    m.d.sync += [rdata.eq(0), mem_addr.eq(mem_addr + 1)]
+                    m.d.sync += [rdata.eq(0), mem_addr.eq(next_addr)]
                     m.next = "ACK"
                 with m.Elif(is_mem & req_write):
                     with m.If(region == MemRegion.ACC):
                         with m.If(~units_busy):
                             m.d.comb += acc_win_we.eq(1)
-                            m.d.sync += mem_addr.eq(mem_addr + 1)
+                            m.d.sync += mem_addr.eq(next_addr)
                             m.next = "ACK"
                     with m.Else():
                         for r, wp in win_wp.items():
@@ -237,16 +296,20 @@ class Chip(wiring.Component):
                                 m.d.comb += [wp.addr.eq(win_word),
                                              wp.data.eq(req_wdata.replicate(max(1, data_w // 32))),
                                              wp.en.eq(1 << win_sub if data_w > 32 else -1)]
-                        m.d.sync += mem_addr.eq(mem_addr + 1)
+                        m.d.sync += mem_addr.eq(next_addr)
                         m.next = "ACK"
                 with m.Elif(is_mem):
-                    m.d.sync += [win_region_q.eq(region), win_sub_q.eq(win_sub), mem_addr.eq(mem_addr + 1)]
+                    m.d.sync += [win_region_q.eq(region), win_sub_q.eq(win_sub), mem_addr.eq(next_addr)]
                     m.next = "MEMREAD"
                 with m.Else():
                     self._register_access(m, cfg, req_addr, req_write, req_wdata, rdata, locals())
                     m.next = "ACK"
             with m.State("MEMREAD"):
-                m.d.sync += rdata.eq(win_rdata)
+                mem_data = win_rdata
+                for f in self.fault_list:
+                    if isinstance(f, CsrStuck) and f.register == "MEM_DATA":
+                        mem_data = _force_bit(mem_data, f.bit, f.value)
+                m.d.sync += rdata.eq(mem_data)
                 m.next = "ACK"
             with m.State("ACK"):
                 m.d.comb += self.csr_ready.eq(1)
@@ -328,6 +391,9 @@ class Chip(wiring.Component):
         for name in PERF_COUNTERS:
             ro[f"{name}_LO"] = perf[name][0:32]
             ro[f"{name}_HI"] = perf_hi[name]
+        for f in self.fault_list:
+            if isinstance(f, CsrStuck) and f.register in ro:
+                ro[f.register] = _force_bit(ro[f.register], f.bit, f.value)
         with m.Switch(addr):
             for name, value in ro.items():
                 with m.Case(REG[name].addr):

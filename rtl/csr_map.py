@@ -99,6 +99,8 @@ _regs = [
     Register("MEM_ADDR", 0x10, "rw", 0x00, "Window address: [31:28] region, [27:0] 32-bit chunk index.",
              (Field("chunk", 0, 28), Field("region", 28, 4))),
     Register("MEM_DATA", 0x11, "rw", None, "Window data; each access moves MEM_ADDR on by one chunk."),
+    Register("MEM_DATA_KEEP", 0x13, "rw", None, "Window data without moving MEM_ADDR (read-modify-write tests)."),
+    Register("MEM_DATA_DEC", 0x14, "rw", None, "Window data; each access moves MEM_ADDR back by one chunk."),
     Register("IRQ_STATUS", 0x12, "w1c", 0x00, "Sticky interrupt causes.",
              (Field("done", 0, 1, "the chip went idle"), Field("err", 1, 1, "a command faulted"))),
 ]

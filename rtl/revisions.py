@@ -44,6 +44,8 @@ REVISIONS: dict[str, Revision] = {
         })),
         # B0: full respin fixes the rest, and its new issue logic lets REDUCE overtake the drain.
         Revision("B0", 0xB0, frozenset({"reduce_issues_before_drain"})),
+        # B1: metal fix of B0's issue logic; taped out, not yet assessed by the software team.
+        Revision("B1", 0xB1, frozenset()),
     )
 }
 assert all(d in DEFECTS for r in REVISIONS.values() for d in r.defects)

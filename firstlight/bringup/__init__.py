@@ -1,0 +1,1 @@
+"""The first-light checklist: from reset to roofline, stage by stage."""

@@ -1,0 +1,463 @@
+"""The checklist stages that run inside the simulator (stage 1, the build, runs on the host).
+
+Each stage is ``async def stage(ctx) -> (details, figures)`` and raises :class:`StageFailed`
+with a diagnosis when the chip is wrong. :func:`bringup_job` walks the ladder, marks stages
+whose dependencies failed as ``blocked`` and emits one record per stage as soon as it ends, so
+what was reported survives a crash later on.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+import numpy as np
+
+import golden
+import workarounds
+from cosim.device import REVISION_NAMES, caps_to_config
+from rtl.revisions import REVISIONS
+
+REVISION_CODES = {r.name: r.code for r in REVISIONS.values()}
+from kernels.gemm import gemm, plan_for_device
+from kernels.reduce import reduce_rows
+from rtl.config import ChipConfig
+from rtl.csr_map import ID_MAGIC, REG, REGISTERS, MemRegion
+from rtl.isa import COMMAND_BITS, ErrCode, Opcode, pack_command
+from workarounds.check import compare
+from workarounds.reproducers import run_reproducer
+
+from .plan import STAGES
+
+__all__ = ["bringup_job", "StageFailed"]
+
+
+class StageFailed(Exception):
+    def __init__(self, details: str, figures: dict | None = None):
+        super().__init__(details)
+        self.details = details
+        self.figures = figures or {}
+
+
+class Ctx:
+    def __init__(self, dev, seed: int, expected: ChipConfig, faults: list[str], built_revision: str | None = None):
+        self.dev = dev
+        self.built_revision = built_revision
+        self.seed = seed
+        self.expected = expected
+        self.faults = faults
+        self.rng = np.random.default_rng(seed)
+
+
+def _bits(v: int) -> list[int]:
+    return [i for i in range(32) if v >> i & 1]
+
+
+# ---- 2. reset ------------------------------------------------------------------------------
+async def stage_reset(ctx: Ctx):
+    dev = ctx.dev
+    d = dev.tb.dut
+    # 4-state check first, before any bus traffic: outputs right out of reset.
+    xs = [n for n in ("csr_rdata", "csr_ready", "idle", "irq") if any(c in str(getattr(d, n).value).lower() for c in "xz")]
+    bad = []
+    for r in REGISTERS:
+        if r.reset is None or r.name.startswith("MEM_DATA"):
+            continue
+        v = await dev.read_csr(r.name)
+        if v != r.reset:
+            bad.append(f"{r.name} = 0x{v:08x}, documented reset 0x{r.reset:08x} (bits {_bits(v ^ r.reset)} differ)")
+    x_note = ("outputs have X/Z: " + ", ".join(xs)) if xs else (
+        "no X/Z on outputs" if _four_state() else "X check not applicable (2-state simulator)")
+    if bad or xs:
+        raise StageFailed("; ".join(bad + ([x_note] if xs else [])), {"registers_wrong": len(bad)})
+    checked = sum(1 for r in REGISTERS if r.reset is not None and not r.name.startswith("MEM_DATA"))
+    return f"{checked} registers at their reset values; {x_note}", {"registers_checked": checked}
+
+
+def _four_state() -> bool:
+    import cocotb
+
+    return "icarus" in cocotb.SIM_NAME.lower()
+
+
+# ---- 3. identity ----------------------------------------------------------------------------
+async def stage_identity(ctx: Ctx):
+    dev = ctx.dev
+    ident = await dev.read_csr("ID")
+    rev = await dev.read_csr("REV")
+    caps0, caps1 = await dev.read_csr("CAPS0"), await dev.read_csr("CAPS1")
+    problems = []
+    if ident != ID_MAGIC:
+        problems.append(f"ID = 0x{ident:08x}, expected 0x{ID_MAGIC:08x} (bits {_bits(ident ^ ID_MAGIC)} differ)")
+    try:
+        found = caps_to_config(caps0, caps1)
+    except ValueError as e:
+        found = None
+        problems.append(f"CAPS0=0x{caps0:08x} CAPS1=0x{caps1:08x} describe no valid chip: {e}")
+    if found is not None and found != ctx.expected:
+        diffs = {k: (v, ctx.expected.as_dict()[k]) for k, v in found.as_dict().items() if v != ctx.expected.as_dict()[k]}
+        problems.append(f"CAPS say {diffs} (read, built)")
+    dev.rev_code = rev
+    name = REVISION_NAMES.get(rev)
+    if ctx.built_revision and name != ctx.built_revision:
+        problems.append(f"REV = 0x{rev:02x} ({name or 'unknown'}), but this chip was built as {ctx.built_revision} "
+                        f"(code 0x{REVISION_CODES[ctx.built_revision]:02x}; bits {_bits(rev ^ REVISION_CODES[ctx.built_revision])} differ)")
+    res = workarounds.for_device(dev)
+    figures = {"rev_code": f"0x{rev:02x}", "revision": dev.revision, "mitigations": sorted(res.active)}
+    if problems:
+        raise StageFailed("; ".join(problems), figures)
+    note = (f"revision {name}: {len(res.active)} mitigations on ({', '.join(sorted(res.active)) or 'none'})"
+            if res.assessed else f"REV 0x{rev:02x} is not in the errata registry: going on with no mitigations")
+    return f"ID ok, {ctx.expected.rows}x{ctx.expected.cols} array, {note}", figures
+
+
+# ---- 4. CSR bus -----------------------------------------------------------------------------
+PATTERNS = [1 << i for i in range(32)] + [0xFFFFFFFF ^ (1 << i) for i in range(32)] + [0, 0xFFFFFFFF, 0xAAAAAAAA, 0x55555555]
+READ_ONLY = ("ID", "REV", "CAPS0", "CAPS1", "ERR", "ERR_COUNT", "DONE_COUNT", "CMDQ_HEAD")
+
+
+async def stage_csr_bus(ctx: Ctx):
+    dev = ctx.dev
+    problems = []
+    for reg in ("SCRATCH", "MEM_ADDR"):
+        seen1, seen0, first_bad = 0, 0, None
+        for p in PATTERNS:
+            await dev.write_csr(reg, p)
+            v = await dev.read_csr(reg)
+            seen1 |= v
+            seen0 |= ~v & 0xFFFFFFFF
+            if v != p and first_bad is None:
+                first_bad = (p, v)
+        if first_bad:
+            stuck0 = [b for b in range(32) if not seen1 >> b & 1]
+            stuck1 = [b for b in range(32) if not seen0 >> b & 1]
+            desc = ", ".join([f"bit {b} stuck at 0" for b in stuck0] + [f"bit {b} stuck at 1" for b in stuck1]) or "bits coupled"
+            problems.append(f"{reg}: {desc} (wrote 0x{first_bad[0]:08x}, read 0x{first_bad[1]:08x})")
+    await dev.write_csr("MEM_ADDR", 0)
+    for reg in READ_ONLY:
+        before = await dev.read_csr(reg)
+        await dev.write_csr(reg, ~before & 0xFFFFFFFF)
+        after = await dev.read_csr(reg)
+        if after != before:
+            problems.append(f"{reg} is read-only but changed from 0x{before:08x} to 0x{after:08x} on a write")
+    if problems:
+        raise StageFailed("; ".join(problems), {"problems": len(problems)})
+    return (f"SCRATCH and MEM_ADDR pass {len(PATTERNS)} patterns (walking 1s/0s); {len(READ_ONLY)} read-only "
+            "registers ignore writes"), {"patterns": len(PATTERNS)}
+
+
+# ---- 5. memories ----------------------------------------------------------------------------
+def _regions(cfg: ChipConfig):
+    """(name, region, words, chunks per word, bits per chunk)."""
+    def c(bits):
+        return max(1, bits // 32), min(32, bits)
+    return [
+        ("A", MemRegion.A, cfg.operand_depth, *c(cfg.a_word_bits)),
+        ("B", MemRegion.B, cfg.operand_depth, *c(cfg.b_word_bits)),
+        ("ACC", MemRegion.ACC, cfg.acc_depth, *c(cfg.acc_word_bits)),
+        ("CMDQ", MemRegion.CMDQ, cfg.cmdq_depth, *c(COMMAND_BITS)),
+    ]
+
+
+class _MemFault(Exception):
+    pass
+
+
+class _Window:
+    def __init__(self, dev, name, region, words, chunks, width):
+        self.dev, self.name, self.region, self.words, self.chunks, self.width = dev, name, region, words, chunks, width
+        self.mask = (1 << width) - 1
+        self.n = words * chunks
+
+    def where(self, cell: int, got: int, want: int, test: str) -> str:
+        word, sub = divmod(cell, self.chunks)
+        bits = [sub * 32 + b for b in range(self.width) if (got ^ want) >> b & 1]
+        return (f"SRAM {self.name}: {test} failed at word {word} (0x{word:x}), bit{'s' if len(bits) > 1 else ''} "
+                f"{', '.join(map(str, bits[:8]))}: read 0x{got:0{(self.width + 3) // 4}x}, "
+                f"expected 0x{want:0{(self.width + 3) // 4}x}")
+
+    async def seek(self, cell):
+        await self.dev.write_csr("MEM_ADDR", (self.region << 28) | cell)
+
+    async def write(self, v, reg="MEM_DATA"):
+        await self.dev.write_csr(reg, v & self.mask)
+
+    async def read(self, reg="MEM_DATA"):
+        return (await self.dev.read_csr(reg)) & self.mask
+
+
+async def _data_bus(w: _Window):
+    for cell in range(min(w.chunks, w.n)):  # every data line of word 0
+        for b in range(w.width):
+            for pat in (1 << b, w.mask ^ (1 << b)):
+                await w.seek(cell)
+                await w.write(pat, "MEM_DATA_KEEP")
+                got = await w.read("MEM_DATA_KEEP")
+                if got != pat:
+                    raise _MemFault(w.where(cell, got, pat, "data-bus walk"))
+
+
+async def _address_bus(w: _Window):
+    lines = (w.words - 1).bit_length()
+    addrs = [0] + [1 << i for i in range(lines)]
+    pattern, anti = 0xAAAAAAAA & w.mask, 0x55555555 & w.mask
+    for a in addrs:
+        await w.seek(a * w.chunks)
+        await w.write(pattern, "MEM_DATA_KEEP")
+    for i, a in enumerate(addrs):
+        await w.seek(a * w.chunks)
+        await w.write(anti, "MEM_DATA_KEEP")
+        for b in addrs:
+            if b == a:
+                continue
+            await w.seek(b * w.chunks)
+            got = await w.read("MEM_DATA_KEEP")
+            if got != pattern:
+                line = (a.bit_length() - 1) if a else None
+                other = (b.bit_length() - 1) if b else None
+                culprit = line if line is not None else other
+                raise _MemFault(f"SRAM {w.name}: address line {culprit} is stuck or shorted: writing word {a} "
+                                f"changed word {b} (address-bus walking ones)")
+        await w.seek(a * w.chunks)
+        await w.write(pattern, "MEM_DATA_KEEP")
+
+
+async def _address_in_address(w: _Window):
+    await w.seek(0)
+    for cell in range(w.n):
+        await w.write(cell * 0x9E3779B1 + 0x1234567)
+    await w.seek(0)
+    for cell in range(w.n):
+        got = await w.read()
+        want = (cell * 0x9E3779B1 + 0x1234567) & w.mask
+        if got != want:
+            raise _MemFault(w.where(cell, got, want, "address-in-address"))
+
+
+async def _march_c_minus(w: _Window):
+    """March C-: (w0); up(r0,w1); up(r1,w0); down(r0,w1); down(r1,w0); (r0) with word-wide 0/1."""
+    zero, one = 0, w.mask
+    await w.seek(0)
+    for _ in range(w.n):
+        await w.write(zero)
+    for name, up, exp, new in (("M1", True, zero, one), ("M2", True, one, zero), ("M3", False, zero, one),
+                               ("M4", False, one, zero)):
+        await w.seek(0 if up else w.n - 1)
+        cells = range(w.n) if up else range(w.n - 1, -1, -1)
+        for cell in cells:
+            got = await w.read("MEM_DATA_KEEP")
+            if got != exp:
+                raise _MemFault(w.where(cell, got, exp, f"March C- {name}"))
+            await w.write(new, "MEM_DATA" if up else "MEM_DATA_DEC")
+    await w.seek(0)
+    for cell in range(w.n):
+        got = await w.read()
+        if got != zero:
+            raise _MemFault(w.where(cell, got, zero, "March C- M5"))
+
+
+async def stage_memories(ctx: Ctx):
+    dev = ctx.dev
+    problems, cells = [], 0
+    for name, region, words, chunks, width in _regions(ctx.expected):
+        w = _Window(dev, name, region, words, chunks, width)
+        try:
+            for test in (_data_bus, _address_bus, _address_in_address, _march_c_minus):
+                await test(w)
+        except _MemFault as e:
+            problems.append(str(e))
+        cells += w.n
+    err = await dev.read_csr("ERR")
+    if err:
+        problems.append(f"ERR = {err} ({ErrCode(err).name}) after the memory tests")
+    if problems:
+        raise StageFailed("; ".join(problems), {"srams_failed": len(problems)})
+    return f"A, B, ACC, CMDQ: {cells} 32-bit cells pass data bus, address bus, address-in-address, March C-", {
+        "cells": cells}
+
+
+# ---- 6. command path ------------------------------------------------------------------------
+async def stage_command_path(ctx: Ctx):
+    dev = ctx.dev
+    problems = []
+    await dev.write_csr("CTRL", REG["CTRL"].field("clear_err").mask)
+    d0 = await dev.read_csr("DONE_COUNT")
+    await dev.run([pack_command(Opcode.NOP), pack_command(Opcode.FENCE), pack_command(Opcode.NOP)])
+    d1 = await dev.read_csr("DONE_COUNT")
+    if d1 - d0 != 3:
+        problems.append(f"NOP, FENCE, NOP moved DONE_COUNT by {d1 - d0}, expected 3")
+    bad = pack_command(0x7E, tag=0xB0B0)
+    await dev.run([bad, pack_command(Opcode.NOP)])
+    err = await dev.read_csr("ERR")
+    words = [await dev.read_csr(f"ERR_CMD{i}") for i in range(4)]
+    if err != ErrCode.BAD_OPCODE:
+        problems.append(f"a bad opcode left ERR = {err}, expected {int(ErrCode.BAD_OPCODE)} (BAD_OPCODE)")
+    if sum(w << (32 * i) for i, w in enumerate(words)) != bad:
+        problems.append("ERR_CMD0..3 do not hold the faulting command")
+    d2 = await dev.read_csr("DONE_COUNT")
+    if d2 - d1 != 1:
+        problems.append(f"the NOP after the bad command did not retire (DONE_COUNT moved by {d2 - d1})")
+    if not (await dev.read_csr("IRQ_STATUS")) & REG["IRQ_STATUS"].field("err").mask:
+        problems.append("IRQ_STATUS.err not set by the faulting command")
+    await dev.write_csr("CTRL", REG["CTRL"].field("clear_err").mask)
+    if await dev.read_csr("ERR"):
+        problems.append("CTRL.clear_err did not clear ERR")
+    await dev.write_csr("IRQ_STATUS", 0x3)
+    if problems:
+        raise StageFailed("; ".join(problems))
+    return "NOP/FENCE retire, a bad opcode sets ERR with the command and the chip goes on", {"done_count": d2}
+
+
+# ---- 7. engine and reduction smoke ------------------------------------------------------------
+def _mismatch(got, ref, what):
+    bad = np.argwhere(np.asarray(got) != np.asarray(ref))
+    if len(bad):
+        i = tuple(int(x) for x in bad[0])
+        return f"{what}: {len(bad)} wrong, first at {i}: got {np.asarray(got)[i]}, expected {np.asarray(ref)[i]}"
+    return None
+
+
+async def stage_engine_smoke(ctx: Ctx):
+    dev, rng = ctx.dev, ctx.rng
+    cfg = ctx.expected
+    problems = []
+    n = cfg.cols
+    eye = np.eye(cfg.rows, dtype=np.int8)
+    b = rng.integers(-128, 128, (cfg.rows, n), dtype=np.int8)
+    c, _ = await gemm(dev, eye, b)
+    problems.append(_mismatch(c, b.astype(np.int32), "identity MATMUL (I @ B == B)"))
+    a = rng.integers(-128, 128, (2 * cfg.rows + 1, 13), dtype=np.int8)
+    b = rng.integers(-128, 128, (13, 2 * cfg.cols - 1), dtype=np.int8)
+    c, _ = await gemm(dev, a, b)
+    problems.append(_mismatch(c, golden.gemm_int8(a, b), f"random MATMUL {a.shape[0]}x{b.shape[1]}x13"))
+    x = rng.integers(-(2**31), 2**31, (3, 3 * cfg.lanes + 1), dtype=np.int64).astype(np.int32)
+    for op in ("sum", "max", "min"):
+        got, _ = await reduce_rows(dev, x, op)
+        problems.append(_mismatch(got, golden.reduce_rows(x, op), f"REDUCE {op}"))
+    problems = [p for p in problems if p]
+    if problems:
+        raise StageFailed("; ".join(problems))
+    return "identity and random MATMUL, SUM/MAX/MIN bit-exact vs golden", {}
+
+
+# ---- 8. errata ------------------------------------------------------------------------------
+async def stage_errata(ctx: Ctx):
+    dev = ctx.dev
+    observed = {}
+    for e in workarounds.ERRATA:
+        observed[e.id] = await run_reproducer(dev, e.reproducer)
+    rows = compare(dev.revision, observed)
+    found = [r["id"] for r in rows if r["detected"]]
+    figures = {"detected": found, "verdicts": {r["id"]: r["verdict"] for r in rows}}
+    bad = [r for r in rows if r["verdict"] != "ok"]
+    if bad:
+        raise StageFailed("; ".join(f"{r['verdict']}: {r['id']} ({r['detail']})" for r in bad), figures)
+    return f"{len(found)} errata detected on {dev.revision}, exactly as the registry says: {', '.join(found) or 'none'}", figures
+
+
+# ---- 9. kernel suite ------------------------------------------------------------------------
+GEMM_SUITE = [(1, 1, 1), (37, 19, 100), (64, 64, 64), (9, 6, 1500)]
+REDUCE_SUITE = [(8, 100, "sum"), (8, 100, "max"), (8, 100, "min"), (2, 5000, "sum")]
+
+
+async def stage_kernels(ctx: Ctx):
+    dev, rng = ctx.dev, ctx.rng
+    problems, mitigations = [], set()
+    for m, n, k in GEMM_SUITE:
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        c, st = await gemm(dev, a, b)
+        mitigations |= set(st["mitigations"])
+        problems.append(_mismatch(c, golden.gemm_int8(a, b), f"GEMM {m}x{n}x{k}"))
+    for r, cols, op in REDUCE_SUITE:
+        x = rng.integers(-(2**31), 2**31, (r, cols), dtype=np.int64).astype(np.int32)
+        got, st = await reduce_rows(dev, x, op)
+        mitigations |= set(st["mitigations"])
+        problems.append(_mismatch(got, golden.reduce_rows(x, op), f"reduce {op} {r}x{cols}"))
+    problems = [p for p in problems if p]
+    figures = {"gemm_shapes": len(GEMM_SUITE), "reduce_shapes": len(REDUCE_SUITE), "mitigations": sorted(mitigations)}
+    if problems:
+        raise StageFailed("; ".join(problems), figures)
+    return (f"{len(GEMM_SUITE)} GEMMs and {len(REDUCE_SUITE)} reductions bit-exact, mitigations "
+            f"{', '.join(sorted(mitigations)) or 'none'}"), figures
+
+
+# ---- 10. performance ------------------------------------------------------------------------
+async def stage_performance(ctx: Ctx):
+    dev, rng = ctx.dev, ctx.rng
+    cfg = ctx.expected
+    m = n = k = 128
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    plan = plan_for_device(dev, m, n, k)
+    c, st = await gemm(dev, a, b)
+    problems = []
+    if _mismatch(c, golden.gemm_int8(a, b), "GEMM 128^3"):
+        problems.append("GEMM 128^3 is wrong")
+    padded_macs = plan.tm * cfg.rows * plan.tn * cfg.cols * k
+    if st["macs_issued"] != padded_macs:
+        problems.append(f"MACS counter moved by {st['macs_issued']}, the MATMULs issued {padded_macs}")
+    if not st["cycles"] >= st["engine_busy_cycles"] >= padded_macs // cfg.peak_macs_per_cycle:
+        problems.append(f"counters inconsistent: cycles {st['cycles']}, engine busy {st['engine_busy_cycles']}, "
+                        f"MAC cycles {padded_macs // cfg.peak_macs_per_cycle}")
+    ideal, measured, predicted = st["ideal_cycles"], st["cycles"], st["predicted_cycles"]
+    gap = measured - ideal
+    figures = {"cycles": measured, "ideal_cycles": ideal, "predicted_cycles": predicted,
+               "utilization": round(st["utilization"], 4), "sim_cycles_per_s": round(st["sim_cycles_per_s"])}
+    if problems:
+        raise StageFailed("; ".join(problems), figures)
+    sched = predicted - ideal
+    rest = measured - predicted
+    return (f"GEMM 128^3 at {100 * st['utilization']:.1f}% of the roofline ({measured:,} cycles vs {ideal:,}); "
+            f"gap {gap:,} cycles = {sched:,} schedule model (drains, padding, short K) + {rest:,} not in the model "
+            f"(bus transfers, errata mitigations: {', '.join(st['mitigations']) or 'none'})"), figures
+
+
+STAGE_FUNCS = {
+    "reset": stage_reset, "identity": stage_identity, "csr_bus": stage_csr_bus, "memories": stage_memories,
+    "command_path": stage_command_path, "engine_smoke": stage_engine_smoke, "errata": stage_errata,
+    "kernels": stage_kernels, "performance": stage_performance,
+}
+
+
+async def bringup_job(dev, emit, selected: list[str], seed: int, faults: list[str],
+                      built_revision: str | None = None, watchdog_cycles: int = 1_000_000) -> dict:
+    """Run the simulator-side stages in order; ``selected`` names the stages to run."""
+    dev.watchdog_cycles = watchdog_cycles
+    ctx = Ctx(dev, seed, dev.config, faults, built_revision)
+    status = {"build": "passed"}
+    for stage in STAGES[1:]:
+        rec = {"type": "stage", "name": stage.name, "depends_on": list(stage.depends_on), "blocked_by": None,
+               "details": "", "figures": {}, "duration_s": 0.0}
+        if stage.name not in selected:
+            rec.update(status="skipped", details="not selected (--only)")
+        else:
+            blockers = [d for d in stage.depends_on if status.get(d) in ("failed", "blocked")]
+            if blockers:
+                rec.update(status="blocked", blocked_by=blockers[0], details=f"blocked by {blockers[0]}")
+            else:
+                emit({"type": "stage_start", "name": stage.name})
+                t0 = time.perf_counter()
+                try:
+                    details, figures = await STAGE_FUNCS[stage.name](ctx)
+                    rec.update(status="passed", details=details, figures=figures)
+                except StageFailed as e:
+                    rec.update(status="failed", details=e.details, figures=e.figures)
+                except Exception as e:  # a crash or a watchdog: a failure with its diagnosis
+                    rec.update(status="failed", details=f"{type(e).__name__}: {e}",
+                               figures={"traceback": traceback.format_exc(limit=6)})
+                    await _recover(dev)
+                rec["duration_s"] = round(time.perf_counter() - t0, 3)
+        status[stage.name] = rec["status"]
+        emit(rec)
+    return {"stages": status}
+
+
+async def _recover(dev) -> None:
+    """After a crashed stage: soft-reset so independent stages get a working chip."""
+    try:
+        await dev.write_csr("CTRL", REG["CTRL"].field("soft_reset").mask | REG["CTRL"].field("clear_err").mask)
+        dev._tail = 0
+        dev._last_cmd = None
+    except Exception:
+        pass
