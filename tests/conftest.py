@@ -51,3 +51,17 @@ def check_cocotb(results: dict[str, dict], name: str, sim: str) -> None:
             f"log: {results['__log__']['message']}\n"
             f"reproduce: FIRSTLIGHT_SEED={SEED} .venv/bin/python -m pytest tests -k '{name} and {sim}'"
         )
+
+
+@pytest.fixture
+def icarus_missing(monkeypatch):
+    """Make simulator discovery report Icarus as not installed (the real discovery code runs)."""
+    from cosim import toolchain
+
+    def missing():
+        raise toolchain.SimulatorMissing("Icarus Verilog is not installed: install it with apt-get install -y iverilog")
+
+    toolchain.find_simulator.cache_clear()
+    monkeypatch.setattr(toolchain, "_icarus", missing)
+    yield
+    toolchain.find_simulator.cache_clear()

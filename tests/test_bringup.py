@@ -164,16 +164,6 @@ def test_bringup_cannot_start(argv, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
-def test_bringup_missing_simulator(monkeypatch, capsys):
-    from cosim import toolchain
-
-    def missing():
-        raise toolchain.SimulatorMissing("Icarus Verilog is not installed: install it with apt-get install -y iverilog")
-
-    toolchain.find_simulator.cache_clear()
-    monkeypatch.setattr(toolchain, "_icarus", missing)
-    try:
-        assert cli.main(["bringup", "--sim", "icarus"]) == cli.EXIT_CANNOT_START
-    finally:
-        toolchain.find_simulator.cache_clear()
+def test_bringup_missing_simulator(icarus_missing, capsys):
+    assert cli.main(["bringup", "--sim", "icarus"]) == cli.EXIT_CANNOT_START
     assert "apt-get install -y iverilog" in capsys.readouterr().err

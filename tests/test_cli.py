@@ -25,18 +25,8 @@ def test_bad_arguments_exit_2(argv, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
-def test_missing_simulator_is_cannot_start(monkeypatch, capsys):
-    from cosim import toolchain
-
-    def missing():
-        raise toolchain.SimulatorMissing("Icarus Verilog is not installed: install it with apt-get install -y iverilog")
-
-    toolchain.find_simulator.cache_clear()
-    monkeypatch.setattr(toolchain, "_icarus", missing)
-    try:
-        code = cli.main(["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--sim", "icarus"])
-    finally:
-        toolchain.find_simulator.cache_clear()
+def test_missing_simulator_is_cannot_start(icarus_missing, capsys):
+    code = cli.main(["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--sim", "icarus"])
     assert code == cli.EXIT_CANNOT_START
     assert "apt-get install -y iverilog" in capsys.readouterr().err
 
