@@ -183,9 +183,10 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
                     hdl_toplevel=TB_TOPLEVEL,
                     build_dir=build_dir,
                     build_args=args,
-                    defines={"FL_GPI_CLOCK": 1} if clock == "gpi" else {},
+                    defines={**({"FL_GPI_CLOCK": 1} if clock == "gpi" else {}),
+                             **({"FL_DUMP": 1} if waves and sim == "icarus" else {})},
                     timescale=("1ns", "1ps"),
-                    waves=waves,
+                    waves=waves and sim == "verilator",
                     log_file=build_dir / "build.log",
                     always=True,
                 )

@@ -103,7 +103,7 @@ def run_job(
     """Run one job on a fresh simulator process; raise :class:`JobFailed` if it did not finish."""
     variant = variant or Variant()
     build = build or build_simulator(variant, sim=sim, clock=clock, waves=waves)
-    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="firstlight-"))
+    work = (Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="firstlight-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     records_path = work / "records.jsonl"
     records_path.unlink(missing_ok=True)

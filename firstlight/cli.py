@@ -75,7 +75,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="systolic array size, e.g. 4x4 (default) or 8x8")
     p.add_argument("--seed", type=int, default=1, help="seed for the random operands (default: 1)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the result as JSON")
-    p.add_argument("--waves", action="store_true", help="record a waveform of the run and print its path")
+    p.add_argument("--waves", action="store_true", help="record a waveform of the run and print its path (VCD on Verilator, FST on Icarus)")
     p.add_argument("--extremes", action="store_true", help="draw operands from the extreme values only")
     p.add_argument("--rev", default="A0", type=_revision, help="silicon revision to build: A0 (default), A1, B0; "
                    "the kernels read REV from the chip and apply that revision's mitigations")

@@ -104,3 +104,16 @@ def test_errata_check_exit_code_follows_the_registry(monkeypatch, capsys):
     monkeypatch.setattr(registry, "ERRATA", doctored)
     assert cli.main(["errata", "check", "--rev", "A1"]) == cli.EXIT_FAIL
     assert "NEW FINDING: FL-RU-001 on A1" in capsys.readouterr().err
+
+
+@pytest.mark.sim
+def test_waves_are_kept_and_named(sim, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "r.json"
+    assert cli.main(["run", "gemm", "--m", "3", "--n", "3", "--k", "3", "--sim", sim, "--waves", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    waves = [p for p in tmp_path.rglob("*") if p.suffix in (".vcd", ".fst")]
+    assert waves and waves[0].stat().st_size > 1000, waves
+    assert waves[0].name in text
+    if waves[0].suffix == ".vcd":
+        assert "$enddefinitions" in waves[0].read_text(errors="replace")

@@ -32,6 +32,14 @@ module fl_tb (
     assign bus_timeout = (bus_wait == BUS_TIMEOUT_CYCLES);
     assign csr_event = csr_ready | bus_timeout;
 
+`ifdef FL_DUMP
+    // Icarus waveforms (cocotb's own dump module is SystemVerilog; this file is Verilog-2005).
+    initial begin
+        $dumpfile("fl_tb.fst");
+        $dumpvars(0, fl_tb);
+    end
+`endif
+
     fl_chip chip (
         .clk(clk), .rst(rst),
         .csr_addr(csr_addr), .csr_wdata(csr_wdata), .csr_we(csr_we), .csr_re(csr_re),
