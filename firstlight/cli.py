@@ -251,11 +251,12 @@ def cmd_run(args) -> int:
     t.add_row("mitigations applied", ", ".join(st.get("mitigations", [])) or "none")
     for err_id, status in st.get("errata_status", {}).items():
         t.add_row(f"  {err_id}", status)
-    if res.waves:
-        t.add_row("waves", str(res.waves))
-    elif args.waves:
-        t.add_row("waves", f"[yellow]no waveform file found in {work}[/]")
     console.print(t)
+    if res.waves:  # printed whole, never cut to the table width
+        console.print(f"waves: {res.waves}", soft_wrap=True)
+        out["waves"] = str(res.waves)
+    elif args.waves:
+        err_console.print(f"[yellow]no waveform file found in {work}[/]")
     for w in st.get("errata_warnings", []):
         err_console.print(f"[bold red]WARNING:[/] {w}")
     if args.json:
