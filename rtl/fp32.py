@@ -1,0 +1,117 @@
+"""IEEE binary32 arithmetic as combinational Amaranth logic: exact-integer-to-fp32 rounding
+and fp32 addition, both round-to-nearest-even with full subnormals.
+
+Both are builders (functions that add logic to a module and return a Value), used by the
+matrix engine's block-finalize stage and its write-back. The semantics are in docs/numerics.md.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+
+__all__ = ["CANONICAL_NAN", "POS_INF", "round_to_fp32", "fp32_add"]
+
+CANONICAL_NAN = 0x7FC00000
+POS_INF = 0x7F800000
+
+
+def _msb_index(m: Module, x: Signal, name: str) -> Signal:
+    """Index of the highest set bit of ``x`` (0 when x == 0), as a priority encoder."""
+    idx = Signal(range(max(2, len(x))), name=name)
+    for i in range(len(x)):  # later assignments win: the highest set bit
+        with m.If(x[i]):
+            m.d.comb += idx.eq(i)
+    return idx
+
+
+def round_to_fp32(m: Module, mag, neg, exp2, name: str = "cvt"):
+    """fp32 bits of ``(-1)**neg * mag * 2**exp2`` rounded to nearest even.
+
+    ``mag`` is an unsigned integer Value, ``exp2`` a signed Value. An exact zero gives +0; a
+    result at or beyond 2**128 * (1 - 2**-25) gives Inf.
+    """
+    w = len(mag)
+    mag_s = Signal(w, name=f"{name}_mag")
+    m.d.comb += mag_s.eq(mag)
+    p = _msb_index(m, mag_s, f"{name}_p")
+    e2 = Signal(signed(13), name=f"{name}_e2")
+    m.d.comb += e2.eq(exp2)
+    # Weight of the result's last place: 24 significant bits, but never below 2**-149.
+    lsb = Signal(signed(14), name=f"{name}_lsb")
+    m.d.comb += lsb.eq(Mux(p + e2 - 23 > -149, p + e2 - 23, -149))
+    r = Signal(signed(15), name=f"{name}_r")  # right shift of mag (negative: left shift)
+    m.d.comb += r.eq(lsb - e2)
+    q = Signal(26, name=f"{name}_q")
+    rnd = Signal(name=f"{name}_round")
+    sticky = Signal(name=f"{name}_sticky")
+    big = w + 2
+    with m.If(r <= 0):
+        m.d.comb += q.eq((mag_s << (-r).as_unsigned()[:5])[:26])
+    with m.Elif(r >= big):
+        m.d.comb += [q.eq(0), rnd.eq(0), sticky.eq(mag_s != 0)]
+    with m.Else():
+        ru = r.as_unsigned()[: (big - 1).bit_length()]
+        ru1 = Signal(len(ru), name=f"{name}_ru1")
+        m.d.comb += ru1.eq(ru - 1)
+        m.d.comb += [
+            q.eq((mag_s >> ru)[:26]),
+            rnd.eq((mag_s >> ru1)[0]),
+            sticky.eq((mag_s & ((Const(1, w + 1) << ru1) - 1)[:w]) != 0),
+        ]
+    qr = Signal(26, name=f"{name}_qr")
+    m.d.comb += qr.eq(q + (rnd & (sticky | q[0])))
+    bits = Signal(unsigned(40), name=f"{name}_bits")
+    m.d.comb += bits.eq(((lsb + 149).as_unsigned()[:10] << 23) + qr)
+    mag32 = Signal(31, name=f"{name}_mag32")
+    m.d.comb += mag32.eq(Mux(mag_s == 0, 0, Mux(bits >= POS_INF, POS_INF, bits[:31])))
+    out = Signal(32, name=f"{name}_out")
+    m.d.comb += out.eq(Cat(mag32, neg & (mag_s != 0)))
+    return out
+
+
+def fp32_add(m: Module, a, b, name: str = "add"):
+    """IEEE binary32 ``a + b`` (bit patterns in, bit pattern out), RNE, canonical NaN."""
+    sa, ea, fa = a[31], a[23:31], a[0:23]
+    sb, eb, fb = b[31], b[23:31], b[0:23]
+    a_nan = (ea == 255) & (fa != 0)
+    b_nan = (eb == 255) & (fb != 0)
+    a_inf = (ea == 255) & (fa == 0)
+    b_inf = (eb == 255) & (fb == 0)
+    ma = Cat(fa, ea != 0)  # 24-bit significands, hidden bit for normals
+    mb = Cat(fb, eb != 0)
+    xa = Mux(ea == 0, 1, ea)
+    xb = Mux(eb == 0, 1, eb)
+    a_big = Signal(name=f"{name}_a_big")
+    m.d.comb += a_big.eq(xa >= xb)
+    diff = Signal(9, name=f"{name}_diff")
+    m.d.comb += diff.eq(Mux(a_big, xa - xb, xb - xa))
+    xmin = Mux(a_big, xb, xa)
+    # Exact sum when the exponents are close; otherwise the smaller operand is below a quarter of
+    # the larger one's last place and RNE returns the larger operand unchanged.
+    sh = diff[:5]
+    va = Signal(signed(52), name=f"{name}_va")
+    vb = Signal(signed(52), name=f"{name}_vb")
+    m.d.comb += [
+        va.eq(Mux(a_big, ma << sh, ma)),
+        vb.eq(Mux(a_big, mb, mb << sh)),
+    ]
+    total = Signal(signed(53), name=f"{name}_total")
+    m.d.comb += total.eq(Mux(sa, -va, va) + Mux(sb, -vb, vb))
+    neg = total < 0
+    mag = Signal(52, name=f"{name}_tmag")
+    m.d.comb += mag.eq(Mux(neg, -total, total))
+    exact = round_to_fp32(m, mag, neg, xmin - 150, name=f"{name}_cvt")
+    out = Signal(32, name=f"{name}_out")
+    with m.If(a_nan | b_nan | (a_inf & b_inf & (sa != sb))):
+        m.d.comb += out.eq(CANONICAL_NAN)
+    with m.Elif(a_inf):
+        m.d.comb += out.eq(a)
+    with m.Elif(b_inf):
+        m.d.comb += out.eq(b)
+    with m.Elif(diff >= 26):
+        m.d.comb += out.eq(Mux(a_big, a, b))
+    with m.Elif(total == 0):
+        m.d.comb += out.eq(Cat(Const(0, 31), sa & sb))  # x + (-x) = +0; -0 + -0 = -0
+    with m.Else():
+        m.d.comb += out.eq(exact)
+    return out
