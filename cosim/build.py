@@ -164,7 +164,7 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
     key = _sha(verilog_path.read_bytes(), tb, sim, info.version, cocotb.__version__, clock, json.dumps(args),
-               str(waves))
+               str(waves), json.dumps(info.env, sort_keys=True))
     build_dir = cache_root() / "sim" / f"{sim}-{key}"
     marker = build_dir / ".complete"
     t0 = time.perf_counter()

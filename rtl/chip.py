@@ -89,7 +89,8 @@ class Chip(wiring.Component):
         Memory submodule names for backdoor access: ``{"A": "a_sram", ...}``.
     """
 
-    sram_names = {"A": "a_sram", "B": "b_sram", "ACC": "acc_sram", "CMDQ": "cmdq_sram"}
+    sram_names = {"A": "a_sram", "B": "b_sram", "ACC": "acc_sram", "CMDQ": "cmdq_sram", "SA": "sa_sram",
+                  "SB": "sb_sram"}
 
     def __init__(self, config: ChipConfig | None = None, revision: str = "A0", faults: tuple[str, ...] = (),
                  defects: frozenset[str] | None = None):
@@ -125,6 +126,8 @@ class Chip(wiring.Component):
             MemRegion.B: (c.operand_depth, max(1, c.b_word_bits // 32)),
             MemRegion.ACC: (c.acc_depth, c.acc_word_bits // 32),
             MemRegion.CMDQ: (c.cmdq_depth, COMMAND_BITS // 32),
+            MemRegion.SA: (c.scale_depth, max(1, 8 * c.rows // 32)),
+            MemRegion.SB: (c.scale_depth, max(1, 8 * c.cols // 32)),
         }
 
     def elaborate(self, platform):
@@ -160,6 +163,8 @@ class Chip(wiring.Component):
         b_mem = make_sram("b_sram", "B", cfg.b_word_bits, cfg.operand_depth)
         acc_mem = make_sram("acc_sram", "ACC", cfg.acc_word_bits, cfg.acc_depth)
         q_mem = make_sram("cmdq_sram", "CMDQ", COMMAND_BITS, cfg.cmdq_depth)
+        sa_mem = make_sram("sa_sram", "SA", 8 * cfg.rows, cfg.scale_depth)
+        sb_mem = make_sram("sb_sram", "SB", 8 * cfg.cols, cfg.scale_depth)
         a_wp, b_wp, acc_wp, q_wp = a_mem.write, b_mem.write, acc_mem.write, q_mem.write
 
         a_rp_eng, b_rp_eng = a_mem.read_port(), b_mem.read_port()
@@ -170,8 +175,18 @@ class Chip(wiring.Component):
             MemRegion.B: b_mem.read_port(),
             MemRegion.ACC: acc_mem.read_port(),
             MemRegion.CMDQ: q_mem.read_port(),
+            MemRegion.SA: sa_mem.read_port(),
+            MemRegion.SB: sb_mem.read_port(),
         }
-        win_wp = {MemRegion.A: a_wp, MemRegion.B: b_wp, MemRegion.CMDQ: q_wp}
+        win_wp = {MemRegion.A: a_wp, MemRegion.B: b_wp, MemRegion.CMDQ: q_wp, MemRegion.SA: sa_mem.write,
+                  MemRegion.SB: sb_mem.write}
+        sa_rp_eng, sb_rp_eng = sa_mem.read_port(), sb_mem.read_port()
+        m.d.comb += [
+            sa_rp_eng.addr.eq(engine.sa_rd_addr),
+            engine.sa_rd_data.eq(sa_rp_eng.data),
+            sb_rp_eng.addr.eq(engine.sb_rd_addr),
+            engine.sb_rd_data.eq(sb_rp_eng.data),
+        ]
 
         b_eng_data = b_rp_eng.data
         if "operand_top_word_reads_zero" in defects:
@@ -199,6 +214,9 @@ class Chip(wiring.Component):
             engine.c_addr.eq(cmdp.mm_c),
             engine.k.eq(cmdp.mm_k),
             engine.accumulate.eq(cmdp.mm_acc),
+            engine.fmt.eq(cmdp.mm_fmt),
+            engine.sa_addr.eq(cmdp.mm_sa),
+            engine.sb_addr.eq(cmdp.mm_sb),
             cmdp.mm_feed_ready.eq(engine.feed_ready),
             cmdp.mm_busy.eq(engine.busy),
             reducer.start.eq(cmdp.rd_start),
@@ -361,7 +379,7 @@ class Chip(wiring.Component):
         """Read mux and write side effects of the plain registers (everything but MEM_DATA)."""
         cmdp, engine, reducer = env["cmdp"], env["engine"], env["reducer"]
         perf, perf_hi = env["perf"], env["perf_hi"]
-        caps0 = cfg.rows | (cfg.cols << 8) | (cfg.lanes << 16) | (0x01 << 24)
+        caps0 = cfg.rows | (cfg.cols << 8) | (cfg.lanes << 16) | (cfg.formats_mask << 24)
         caps1 = (_log2(cfg.operand_depth) | (_log2(cfg.acc_depth) << 8)
                  | (cfg.cmd_fifo_depth << 16) | (_log2(cfg.cmdq_depth) << 24))
         status = Cat(

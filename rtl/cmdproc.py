@@ -14,12 +14,12 @@ REDUCE issues when both units are idle; FENCE retires when both units are idle.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Const, Module, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import ChipConfig
-from .isa import COMMAND_BITS, COMMAND_LAYOUT, ErrCode, Opcode, ReduceOp
+from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, ErrCode, Format, Opcode, ReduceOp
 
 __all__ = ["CommandProcessor"]
 
@@ -64,6 +64,9 @@ class CommandProcessor(wiring.Component):
                 "mm_c": Out(16),
                 "mm_k": Out(16),
                 "mm_acc": Out(1),
+                "mm_fmt": Out(2),
+                "mm_sa": Out(8),
+                "mm_sb": Out(8),
                 "mm_feed_ready": In(1),
                 "mm_busy": In(1),
                 # reduction unit
@@ -114,10 +117,17 @@ class CommandProcessor(wiring.Component):
         err = Signal(8)
         op = cmd.opcode
         k = cmd.length
-        with m.If(cmd.arg3 != 0):
+        fmt_code = cmd.flags[1:4]
+        nblocks = (k + BLOCK - 1) >> 5
+        with m.If((cmd.arg3 != 0) & ~((op == Opcode.MATMUL) & (fmt_code != Format.INT8))):
             m.d.comb += err.eq(ErrCode.RESERVED_NONZERO)
         with m.Elif(op == Opcode.MATMUL):
-            with m.If(k == 0):
+            with m.If((Const(cfg.formats_mask, 8) >> fmt_code)[0] == 0):  # not built into this chip
+                m.d.comb += err.eq(ErrCode.BAD_FORMAT)
+            with m.Elif((fmt_code != Format.INT8)
+                        & ((cmd.arg3[0:8] + nblocks > cfg.scale_depth) | (cmd.arg3[8:16] + nblocks > cfg.scale_depth))):
+                m.d.comb += err.eq(ErrCode.SCALE_RANGE)
+            with m.Elif(k == 0):
                 m.d.comb += err.eq(ErrCode.BAD_LENGTH)
             with m.Elif(cmd.arg0 + k > cfg.operand_depth):
                 m.d.comb += err.eq(ErrCode.A_RANGE)
@@ -147,6 +157,9 @@ class CommandProcessor(wiring.Component):
             self.mm_c.eq(cmd.arg2),
             self.mm_k.eq(k),
             self.mm_acc.eq(cmd.flags[0]),
+            self.mm_fmt.eq(fmt_code),
+            self.mm_sa.eq(cmd.arg3[0:8]),
+            self.mm_sb.eq(cmd.arg3[8:16]),
             self.rd_op.eq(cmd.flags[:2]),
             self.rd_src.eq(cmd.arg0),
             self.rd_count.eq(k),

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ChipConfig"]
+__all__ = ["ChipConfig", "FORMAT_NAMES"]
+
+# Operand formats in Format (rtl/isa.py) order; CAPS0.formats has one bit per entry.
+FORMAT_NAMES = ("int8", "e4m3", "e5m2", "e2m1")
 
 _POW2_DIMS = (2, 4, 8, 16)
 
@@ -37,6 +40,9 @@ class ChipConfig:
         Commands the command processor prefetches ahead of execution (2..256).
     cmdq_depth : int
         Entries in the command ring in memory (power of two, 4..65536).
+    formats : tuple of str
+        MATMUL operand formats the engine is built with (``int8`` always; ``e4m3``, ``e5m2``,
+        ``e2m1``). The FP path costs simulation speed: an int8-only chip simulates ~4x faster.
     """
 
     rows: int = 4
@@ -46,6 +52,7 @@ class ChipConfig:
     acc_depth: int = 1024
     cmd_fifo_depth: int = 16
     cmdq_depth: int = 1024
+    formats: tuple[str, ...] = FORMAT_NAMES
 
     def __post_init__(self) -> None:
         for name in ("rows", "cols"):
@@ -70,6 +77,13 @@ class ChipConfig:
         v = self.cmd_fifo_depth
         if not isinstance(v, int) or isinstance(v, bool) or not 2 <= v <= 256:
             raise ValueError(f"cmd_fifo_depth must be an integer in [2, 256], not {v!r}")
+        fm = self.formats
+        if isinstance(fm, list):
+            object.__setattr__(self, "formats", tuple(fm))
+            fm = self.formats
+        if not isinstance(fm, tuple) or "int8" not in fm or any(f not in FORMAT_NAMES for f in fm) or len(set(fm)) != len(fm):
+            raise ValueError(f"formats must be distinct names from {FORMAT_NAMES} including 'int8', not {fm!r}")
+        object.__setattr__(self, "formats", tuple(f for f in FORMAT_NAMES if f in fm))
         if self.acc_depth < self.rows:
             raise ValueError(f"acc_depth ({self.acc_depth}) must hold one C tile ({self.rows} words)")
 
@@ -90,6 +104,11 @@ class ChipConfig:
     @property
     def acc_word_bits(self) -> int:
         return 32 * self.lanes
+
+    @property
+    def scale_depth(self) -> int:
+        """Words in each block-scale SRAM (one per 32 operand words)."""
+        return max(2, self.operand_depth // 32)
 
     @property
     def peak_macs_per_cycle(self) -> int:
@@ -117,4 +136,13 @@ class ChipConfig:
             "acc_depth": self.acc_depth,
             "cmd_fifo_depth": self.cmd_fifo_depth,
             "cmdq_depth": self.cmdq_depth,
+            "formats": list(self.formats),
         }
+
+    @property
+    def has_fp(self) -> bool:
+        return any(f != "int8" for f in self.formats)
+
+    @property
+    def formats_mask(self) -> int:
+        return sum(1 << FORMAT_NAMES.index(f) for f in self.formats)

@@ -59,7 +59,9 @@ class MemRegion:
     B = 1
     ACC = 2
     CMDQ = 3
-    NAMES = {"A": 0, "B": 1, "ACC": 2, "CMDQ": 3}
+    SA = 4  # A block scales (E8M0)
+    SB = 5  # B block scales
+    NAMES = {"A": 0, "B": 1, "ACC": 2, "CMDQ": 3, "SA": 4, "SB": 5}
 
 
 PERF_COUNTERS = ("CYCLES", "ENGINE_BUSY", "MACS", "REDUCE_BUSY", "STALLS")
@@ -69,7 +71,8 @@ _regs = [
     Register("REV", 0x01, "ro", None, "Silicon revision code (A0=0xA0, A1=0xA1, B0=0xB0)."),
     Register(
         "CAPS0", 0x02, "ro", None, "Array geometry.",
-        (Field("rows", 0, 8), Field("cols", 8, 8), Field("lanes", 16, 8), Field("formats", 24, 8, "bit 0: INT8")),
+        (Field("rows", 0, 8), Field("cols", 8, 8), Field("lanes", 16, 8),
+         Field("formats", 24, 8, "bit per Format: 0 INT8, 1 E4M3, 2 E5M2, 3 E2M1")),
     ),
     Register(
         "CAPS1", 0x03, "ro", None, "Memory sizes (log2 of words) and FIFO depth.",

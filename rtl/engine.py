@@ -20,6 +20,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import ChipConfig
+from .fp32 import CANONICAL_NAN, POS_INF, fp32_add, round_to_fp32
+from .isa import Format
 
 __all__ = ["MatrixEngine"]
 
@@ -49,6 +51,7 @@ class MatrixEngine(wiring.Component):
         self.defects = frozenset(defects)
         aw = (config.operand_depth - 1).bit_length()
         cw = (config.acc_depth - 1).bit_length()
+        sw = (config.scale_depth - 1).bit_length()
         super().__init__(
             {
                 "start": In(1),
@@ -57,6 +60,9 @@ class MatrixEngine(wiring.Component):
                 "c_addr": In(16),
                 "k": In(16),
                 "accumulate": In(1),
+                "fmt": In(2),
+                "sa_addr": In(8),
+                "sb_addr": In(8),
                 "feed_ready": Out(1),
                 "busy": Out(1),
                 "feeding": Out(1),
@@ -64,6 +70,10 @@ class MatrixEngine(wiring.Component):
                 "a_rd_data": In(config.a_word_bits),
                 "b_rd_addr": Out(aw),
                 "b_rd_data": In(config.b_word_bits),
+                "sa_rd_addr": Out(sw),
+                "sa_rd_data": In(8 * config.rows),
+                "sb_rd_addr": Out(sw),
+                "sb_rd_data": In(8 * config.cols),
                 "acc_rd_addr": Out(cw),
                 "acc_rd_data": In(config.acc_word_bits),
                 "acc_wr_addr": Out(cw),
@@ -86,6 +96,9 @@ class MatrixEngine(wiring.Component):
         b_base = Signal(16)
         c_base = Signal(16)
         acc_flag = Signal()
+        fmt = Signal(2)
+        sa_base = Signal(8)
+        sb_base = Signal(8)
 
         m.d.comb += self.feed_ready.eq(occupy <= 1)
         feed_valid = Signal()
@@ -108,12 +121,17 @@ class MatrixEngine(wiring.Component):
                 b_base.eq(self.b_addr),
                 c_base.eq(self.c_addr),
                 acc_flag.eq(self.accumulate),
+                fmt.eq(self.fmt),
+                sa_base.eq(self.sa_addr),
+                sb_base.eq(self.sb_addr),
             ]
             if "engine_k1_ignores_accumulate" in self.defects:
                 m.d.sync += acc_flag.eq(self.accumulate & (self.k != 1))
         m.d.comb += [
             self.a_rd_addr.eq(a_base + k_idx),
             self.b_rd_addr.eq(b_base + k_idx),
+            self.sa_rd_addr.eq(sa_base + (k_idx >> 5)),  # one scale word per block of 32 steps
+            self.sb_rd_addr.eq(sb_base + (k_idx >> 5)),
         ]
         if "engine_b2b_stale_a_word" in self.defects:
             # The A address register is not reloaded on a zero-gap start: the first step reads
@@ -133,20 +151,29 @@ class MatrixEngine(wiring.Component):
         s1_last = Signal()
         s1_c = Signal(16)
         s1_acc = Signal()
+        s1_fmt = Signal(2)
+        s1_bfirst = Signal()
+        s1_blast = Signal()
         m.d.sync += [
             s1_valid.eq(feed_valid),
             s1_first.eq(k_idx == 0),
             s1_last.eq(k_idx == k_len - 1),
             s1_c.eq(c_base),
             s1_acc.eq(acc_flag),
+            s1_fmt.eq(fmt),
+            s1_bfirst.eq(k_idx[:5] == 0),
+            s1_blast.eq((k_idx[:5] == 31) | (k_idx == k_len - 1)),
         ]
 
         # ---- skew registers -----------------------------------------------------------
         # A side carries data + control (valid, first, last, c tag, accumulate).
+        # A bundle: data[0:8] valid[8] first[9] last[10] c[11:27] acc[27] fmt[28:30] bfirst[30]
+        # blast[31] scale[32:40]. B bundle: data[0:8] scale[8:16].
         def a_bundle(i):
-            return Cat(self.a_rd_data.word_select(i, 8), s1_valid, s1_first, s1_last, s1_c, s1_acc)
+            return Cat(self.a_rd_data.word_select(i, 8), s1_valid, s1_first, s1_last, s1_c, s1_acc, s1_fmt,
+                       s1_bfirst, s1_blast, self.sa_rd_data.word_select(i, 8))
 
-        bundle_w = 8 + 1 + 1 + 1 + 16 + 1
+        bundle_w = 40
         a_in = []
         for i in range(R):
             cur = a_bundle(i)
@@ -157,43 +184,31 @@ class MatrixEngine(wiring.Component):
             a_in.append(cur)
         b_in = []
         for j in range(C):
-            cur = self.b_rd_data.word_select(j, 8)
+            cur = Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8))
             for d in range(j):
-                nxt = Signal(8, name=f"b_skew_{j}_{d}")
+                nxt = Signal(16, name=f"b_skew_{j}_{d}")
                 m.d.sync += nxt.eq(cur)
                 cur = nxt
             b_in.append(cur)
 
-        # ---- PE grid --------------------------------------------------------------------
+        # ---- PE grid --------------------------------------------------------------------------
+        # Each PE: the int8 MAC (32-bit wrap-around) and the FP path (exact products summed
+        # exactly per block of 32 steps; at each block end a finalize stage F1 converts the block
+        # sum with its scales to fp32 and adds it to an fp32 accumulator). The result register
+        # is written in F1 for every format, one cycle after the last step.
         res = [[Signal(32, name=f"res_{i}_{j}") for j in range(C)] for i in range(R)]
         row_done = [Signal(name=f"row_done_{i}") for i in range(R)]
         row_c = [Signal(16, name=f"row_c_{i}") for i in range(R)]
         row_acc = [Signal(name=f"row_acc_{i}") for i in range(R)]
+        row_fmt = [Signal(2, name=f"row_fmt_{i}") for i in range(R)]
         b_col = list(b_in)
         for i in range(R):
             a_cur = a_in[i]
             for j in range(C):
-                a_val = a_cur[0:8].as_signed()
-                valid, first, last = a_cur[8], a_cur[9], a_cur[10]
-                b_val = b_col[j].as_signed()
-                acc = Signal(32, name=f"acc_{i}_{j}")
-                prod = Signal(signed(16), name=f"prod_{i}_{j}")
-                m.d.comb += prod.eq(a_val * b_val)
-                total = Signal(32, name=f"sum_{i}_{j}")
-                # Signed values extend on assignment; truncation to 32 bits is the wrap-around.
-                m.d.comb += total.eq(Mux(first, prod, acc + prod))
-                with m.If(valid):
-                    m.d.sync += acc.eq(total)
-                    with m.If(last):
-                        m.d.sync += res[i][j].eq(total)
-                if j == C - 1:
-                    m.d.sync += [
-                        row_done[i].eq(valid & last),
-                        row_c[i].eq(a_cur[11:27]),
-                        row_acc[i].eq(a_cur[27]),
-                    ]
+                self._pe(m, i, j, a_cur, b_col[j], res[i][j],
+                         (row_done[i], row_c[i], row_acc[i], row_fmt[i]) if j == C - 1 else None)
                 a_nxt = Signal(bundle_w, name=f"a_pipe_{i}_{j}")
-                b_nxt = Signal(8, name=f"b_pipe_{i}_{j}")
+                b_nxt = Signal(16, name=f"b_pipe_{i}_{j}")
                 m.d.sync += [a_nxt.eq(a_cur), b_nxt.eq(b_col[j])]
                 a_cur = a_nxt
                 b_col[j] = b_nxt
@@ -219,11 +234,21 @@ class MatrixEngine(wiring.Component):
                 ]
         m.d.comb += self.acc_rd_addr.eq(sel_addr)
         m.d.sync += [wb_valid.eq(sel_valid), wb_addr.eq(sel_addr), wb_acc.eq(sel_acc), wb_row.eq(sel_row)]
+        wb_fmt = Signal(2)
+        sel_fmt = Signal(2)
+        for i in range(R):
+            with m.If(row_done[i]):
+                m.d.comb += sel_fmt.eq(row_fmt[i])
+        m.d.sync += wb_fmt.eq(sel_fmt)
         lanes = []
         for j in range(C):
             new = wb_row.word_select(j, 32)
             old = self.acc_rd_data.word_select(j, 32)
-            lanes.append(Mux(wb_acc, (old + new)[:32], new))
+            if self.config.has_fp:
+                fp_sum = fp32_add(m, old, new, name=f"wb_add_{j}")  # C_old first (docs/numerics.md)
+                lanes.append(Mux(wb_acc, Mux(wb_fmt == Format.INT8, (old + new)[:32], fp_sum), new))
+            else:
+                lanes.append(Mux(wb_acc, (old + new)[:32], new))
         m.d.comb += [
             self.acc_wr_en.eq(wb_valid),
             self.acc_wr_addr.eq(wb_addr),
@@ -231,7 +256,7 @@ class MatrixEngine(wiring.Component):
         ]
 
         # ---- busy: feed slot, plus a drain window covering the deepest pipeline path -----
-        drain_len = R + C + 3
+        drain_len = R + C + 4
         drain = Signal(range(drain_len + 1))
         with m.If(feed_valid):
             m.d.sync += drain.eq(drain_len)
@@ -239,3 +264,136 @@ class MatrixEngine(wiring.Component):
             m.d.sync += drain.eq(drain - 1)
         m.d.comb += self.busy.eq((occupy != 0) | (drain != 0))
         return m
+
+    # Exponent of the FP block sum's units, 2 - 2*bias - 2*mbits, per format (docs/numerics.md).
+    _UNIT_EXP = {Format.E4M3: 2 - 14 - 6, Format.E5M2: 2 - 30 - 4, Format.E2M1: 2 - 2 - 2}
+
+    def _decode(self, m: Module, code, fmt, tag: str):
+        """(sign, sig, ee, nan, inf) of an operand byte for the FP formats."""
+        daz = "fp8_subnormals_read_as_zero" in self.defects
+        sign, sig, ee = Signal(name=f"{tag}_s"), Signal(4, name=f"{tag}_sig"), Signal(5, name=f"{tag}_ee")
+        nan, inf = Signal(name=f"{tag}_nan"), Signal(name=f"{tag}_inf")
+        built = self.config.formats
+        with m.Switch(fmt):
+            if "e4m3" in built:
+                with m.Case(Format.E4M3):
+                    e, mnt = code[3:7], code[0:3]
+                    m.d.comb += [sign.eq(code[7]), sig.eq(Cat(mnt, e != 0) & Mux(daz & (e == 0), 0, 0xF)),
+                                 ee.eq(Mux(e == 0, 1, e)), nan.eq(code[0:7] == 0x7F)]
+            if "e5m2" in built:
+                with m.Case(Format.E5M2):
+                    e, mnt = code[2:7], code[0:2]
+                    m.d.comb += [sign.eq(code[7]), sig.eq(Cat(mnt, e != 0) & Mux(daz & (e == 0), 0, 0xF)),
+                                 ee.eq(Mux(e == 0, 1, e)), nan.eq((e == 31) & (mnt != 0)),
+                                 inf.eq((e == 31) & (mnt == 0))]
+            if "e2m1" in built:
+                with m.Case(Format.E2M1):
+                    e, mnt = code[1:3], code[0]
+                    m.d.comb += [sign.eq(code[3]), sig.eq(Cat(mnt, e != 0)), ee.eq(Mux(e == 0, 1, e))]
+        return sign, sig, ee, nan, inf
+
+    def _pe(self, m: Module, i: int, j: int, a_bus, b_bus, res, row_out) -> None:
+        t = f"pe_{i}_{j}"
+        a_code, valid, first, last = a_bus[0:8], a_bus[8], a_bus[9], a_bus[10]
+        c_tag, acc_tag, fmt, bfirst, blast, sa = a_bus[11:27], a_bus[27], a_bus[28:30], a_bus[30], a_bus[31], a_bus[32:40]
+        b_code, sb = b_bus[0:8], b_bus[8:16]
+
+        # int8 MAC
+        acc = Signal(32, name=f"acc_{i}_{j}")
+        prod = Signal(signed(16), name=f"prod_{i}_{j}")
+        m.d.comb += prod.eq(a_code.as_signed() * b_code.as_signed())
+        total = Signal(32, name=f"sum_{i}_{j}")
+        m.d.comb += total.eq(Mux(first, prod, acc + prod))  # signed extends; truncation wraps
+
+        pend_last = Signal(name=f"{t}_pend_last")
+        pend_int = Signal(32, name=f"{t}_pend_int")
+        pend_fmt = Signal(2, name=f"{t}_pend_fmt")
+        m.d.sync += pend_last.eq(valid & last)
+        with m.If(valid):
+            m.d.sync += acc.eq(total)
+            with m.If(last):
+                m.d.sync += [pend_int.eq(total), pend_fmt.eq(fmt)]
+        if row_out is not None:
+            row_done, row_c, row_acc, row_fmt = row_out
+            pend_c = Signal(16, name=f"{t}_pend_c")
+            pend_acc = Signal(name=f"{t}_pend_acc")
+            with m.If(valid & last):
+                m.d.sync += [pend_c.eq(c_tag), pend_acc.eq(acc_tag)]
+            m.d.sync += [row_done.eq(pend_last), row_c.eq(pend_c), row_acc.eq(pend_acc), row_fmt.eq(pend_fmt)]
+        if not self.config.has_fp:  # an int8-only chip: the result register one cycle after the last step
+            with m.If(pend_last):
+                m.d.sync += res.eq(pend_int)
+            return
+
+        # FP: exact product and exact block sum
+        sa_s, sa_sig, sa_ee, a_nan, a_inf = self._decode(m, a_code, fmt, f"{t}_a")
+        sb_s, sb_sig, sb_ee, b_nan, b_inf = self._decode(m, b_code, fmt, f"{t}_b")
+        pmag = Signal(64, name=f"{t}_pmag")
+        m.d.comb += pmag.eq((sa_sig * sb_sig) << (sa_ee + sb_ee - 2)[:6])
+        p_nan = Signal(name=f"{t}_pnan")
+        p_inf = Signal(name=f"{t}_pinf")
+        m.d.comb += [
+            p_nan.eq(a_nan | b_nan | (a_inf & (sb_sig == 0) & ~b_inf) | (b_inf & (sa_sig == 0) & ~a_inf)),
+            p_inf.eq((a_inf | b_inf) & ~p_nan),
+        ]
+        special = p_nan | p_inf
+        pval = Signal(signed(72), name=f"{t}_pval")
+        m.d.comb += pval.eq(Mux(special, 0, Mux(sa_s ^ sb_s, -pmag, pmag)))
+        blk = Signal(signed(72), name=f"{t}_blk")
+        bnan, bpinf, bninf = Signal(name=f"{t}_bnan"), Signal(name=f"{t}_bpinf"), Signal(name=f"{t}_bninf")
+        blk_new = Signal(signed(72), name=f"{t}_blk_new")
+        nan_new, pinf_new, ninf_new = Signal(name=f"{t}_nan_n"), Signal(name=f"{t}_pinf_n"), Signal(name=f"{t}_ninf_n")
+        m.d.comb += [
+            blk_new.eq(Mux(bfirst, 0, blk) + pval),
+            nan_new.eq(Mux(bfirst, 0, bnan) | p_nan),
+            pinf_new.eq(Mux(bfirst, 0, bpinf) | (p_inf & ~(sa_s ^ sb_s))),
+            ninf_new.eq(Mux(bfirst, 0, bninf) | (p_inf & (sa_s ^ sb_s))),
+        ]
+
+        # pending block / result for the finalize stage F1
+        pend_blk = Signal(signed(72), name=f"{t}_pend_blk")
+        pend_nan, pend_pinf, pend_ninf = Signal(name=f"{t}_pend_nan"), Signal(name=f"{t}_pend_pinf"), Signal(name=f"{t}_pend_ninf")
+        pend_scale_nan = Signal(name=f"{t}_pend_snan")
+        pend_x = Signal(signed(13), name=f"{t}_pend_x")
+        pend_valid, pend_first_blk = Signal(name=f"{t}_pend_v"), Signal(name=f"{t}_pend_fb")
+        unit = Mux(fmt == Format.E4M3, self._UNIT_EXP[Format.E4M3],
+                   Mux(fmt == Format.E5M2, self._UNIT_EXP[Format.E5M2], self._UNIT_EXP[Format.E2M1]))
+        m.d.sync += pend_valid.eq(valid & blast & (fmt != Format.INT8))
+        with m.If(valid):
+            m.d.sync += [blk.eq(blk_new), bnan.eq(nan_new), bpinf.eq(pinf_new), bninf.eq(ninf_new)]
+            with m.If(blast):
+                m.d.sync += [
+                    pend_blk.eq(blk_new), pend_nan.eq(nan_new), pend_pinf.eq(pinf_new), pend_ninf.eq(ninf_new),
+                    pend_scale_nan.eq((sa == 0xFF) | (sb == 0xFF)),
+                    pend_x.eq(unit + sa + sb - 254),
+                ]
+        # `first` marks the MATMUL's first step, which is in its first block: latch it at the block
+        # start and carry it to that block's end.
+        first_blk = Signal(name=f"{t}_first_blk")
+        with m.If(valid & bfirst):
+            m.d.sync += first_blk.eq(first)
+        with m.If(valid & blast):
+            m.d.sync += pend_first_blk.eq(Mux(bfirst, first, first_blk))
+
+        # F1: convert the block with its scales, then fold it into the fp32 accumulator
+        neg = pend_blk < 0
+        mag = Signal(71, name=f"{t}_mag")
+        m.d.comb += mag.eq(Mux(neg, -pend_blk, pend_blk))
+        conv = round_to_fp32(m, mag, neg, pend_x, name=f"{t}_cvt")
+        r = Signal(32, name=f"{t}_r")
+        with m.If(pend_nan | pend_scale_nan | (pend_pinf & pend_ninf)):
+            m.d.comb += r.eq(CANONICAL_NAN)
+        with m.Elif(pend_pinf):
+            m.d.comb += r.eq(POS_INF)
+        with m.Elif(pend_ninf):
+            m.d.comb += r.eq(POS_INF | (1 << 31))
+        with m.Else():
+            m.d.comb += r.eq(conv)
+        acc32 = Signal(32, name=f"{t}_acc32")
+        acc32_new = Signal(32, name=f"{t}_acc32_new")
+        summed = fp32_add(m, acc32, r, name=f"{t}_add")
+        m.d.comb += acc32_new.eq(Mux(pend_first_blk, r, summed))
+        with m.If(pend_valid):
+            m.d.sync += acc32.eq(acc32_new)
+        with m.If(pend_last):
+            m.d.sync += res.eq(Mux(pend_fmt == Format.INT8, pend_int, Mux(pend_valid, acc32_new, acc32)))

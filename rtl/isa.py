@@ -18,6 +18,9 @@ __all__ = [
     "ReduceOp",
     "ErrCode",
     "MATMUL_FLAG_ACCUMULATE",
+    "Format",
+    "FORMAT_SHIFT",
+    "BLOCK",
     "pack_command",
     "unpack_command",
 ]
@@ -25,12 +28,12 @@ __all__ = [
 COMMAND_LAYOUT = data.StructLayout(
     {
         "opcode": 8,  # Opcode
-        "flags": 8,  # MATMUL: bit 0 accumulate; REDUCE: bits 1:0 ReduceOp
+        "flags": 8,  # MATMUL: bit 0 accumulate, bits 3:1 Format; REDUCE: bits 1:0 ReduceOp
         "length": 16,  # MATMUL: K; REDUCE: count of accumulator words
         "arg0": 16,  # MATMUL: A word address; REDUCE: source accumulator word
         "arg1": 16,  # MATMUL: B word address
         "arg2": 16,  # MATMUL: C (accumulator) word address; REDUCE: destination word
-        "arg3": 16,  # reserved, must be zero
+        "arg3": 16,  # FP MATMUL: [7:0] SA word, [15:8] SB word of the first block; else must be zero
         "tag": 32,  # free for software: copied into ERR_CMD3 when the command faults
     }
 )
@@ -43,6 +46,19 @@ class Opcode(enum.IntEnum):
     FENCE = 0x01  # retires once every unit is idle
     MATMUL = 0x10
     REDUCE = 0x20
+
+
+class Format(enum.IntEnum):
+    """MATMUL operand formats (docs/numerics.md)."""
+
+    INT8 = 0
+    E4M3 = 1
+    E5M2 = 2
+    E2M1 = 3
+
+
+FORMAT_SHIFT = 1  # Format sits in MATMUL flags[3:1]
+BLOCK = 32  # K steps per scaling block of the FP formats
 
 
 class ReduceOp(enum.IntEnum):
@@ -68,6 +84,8 @@ class ErrCode(enum.IntEnum):
     DST_RANGE = 8
     RESERVED_NONZERO = 9  # arg3 must be zero
     WINDOW_RANGE = 10  # MEM_ADDR names no SRAM word (front-door window)
+    BAD_FORMAT = 11  # MATMUL format code this chip does not have
+    SCALE_RANGE = 12  # FP MATMUL: SA/SB word + blocks beyond the scale SRAMs
 
 
 def pack_command(

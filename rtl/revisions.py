@@ -21,6 +21,7 @@ DEFECTS: dict[str, str] = {
     "operand_top_word_reads_zero": "operand SRAM B: the engine port reads the last word (depth-1) as 0",
     "reduce_issues_before_drain": "command processor: REDUCE issues once the engine feed is free, before the "
     "engine has written its last rows",
+    "fp8_subnormals_read_as_zero": "matrix engine: FP8 (E4M3, E5M2) subnormal operands are read as zero",
 }
 
 
@@ -36,11 +37,12 @@ REVISIONS: dict[str, Revision] = {
     for r in (
         Revision("A0", 0xA0, frozenset({
             "engine_k1_ignores_accumulate", "engine_b2b_stale_a_word", "reduce_max_folds_from_zero",
-            "reduce_sum_drops_odd_last", "operand_top_word_reads_zero",
+            "reduce_sum_drops_odd_last", "operand_top_word_reads_zero", "fp8_subnormals_read_as_zero",
         })),
         # A1: metal fix for the back-to-back feed and the odd SUM.
         Revision("A1", 0xA1, frozenset({
             "engine_k1_ignores_accumulate", "reduce_max_folds_from_zero", "operand_top_word_reads_zero",
+            "fp8_subnormals_read_as_zero",
         })),
         # B0: full respin fixes the rest, and its new issue logic lets REDUCE overtake the drain.
         Revision("B0", 0xB0, frozenset({"reduce_issues_before_drain"})),

@@ -42,7 +42,9 @@ def case_seed(name: str) -> int:
 
 
 def small_cfg(rows=2, cols=2, **kw) -> ChipConfig:
-    args = dict(rows=rows, cols=cols, operand_depth=16, acc_depth=16, cmdq_depth=8)
+    # int8-only engines: these tests pin the int8 path; the FP path has its own tests
+    # (tests/test_rtl_fp32.py, tests/test_fp_engine.py) and this keeps the Amaranth sim fast.
+    args = dict(rows=rows, cols=cols, operand_depth=16, acc_depth=16, cmdq_depth=8, formats=("int8",))
     args.update(kw)
     return ChipConfig(**args)
 
@@ -686,7 +688,7 @@ def run_chip(cfg, tb_body):
 
 
 CHIP_SMALL = small_cfg(2, 2)
-CHIP_CFGS = [CHIP_SMALL, ChipConfig()]
+CHIP_CFGS = [CHIP_SMALL, ChipConfig(formats=("int8",))]
 
 
 @pytest.mark.parametrize("cfg", CHIP_CFGS, ids=lambda c: f"{c.rows}x{c.cols}d{c.operand_depth}")
