@@ -19,7 +19,7 @@ import numpy as np
 import workarounds
 from rtl.config import ChipConfig
 from rtl.csr_map import MemRegion
-from rtl.isa import MATMUL_FLAG_ACCUMULATE, Opcode, pack_command
+from rtl.isa import BLOCK, FORMAT_SHIFT, MATMUL_FLAG_ACCUMULATE, Opcode, pack_command
 
 from .layout import pack_a_panels, pack_b_panels, words_to_int32
 from .roofline import drain_cycles, ideal_cycles
@@ -75,10 +75,14 @@ class GemmPlan:
         return asdict(self)
 
 
-def _chunk(k: int, cap: int, k_chunk: int | None, avoid_unit_chunk: bool) -> int:
-    """K steps per chunk: at most ``cap`` (and ``k_chunk``); with ``avoid_unit_chunk`` no chunk
-    after the first has a single step (FL-ME-001)."""
+def _chunk(k: int, cap: int, k_chunk: int | None, avoid_unit_chunk: bool, block: int = 1) -> int:
+    """K steps per chunk: at most ``cap`` (and ``k_chunk``), a multiple of ``block`` unless it is
+    all of K; with ``avoid_unit_chunk`` no chunk after the first has a single step (FL-ME-001)."""
     kc = min(k, cap, MAX_K_FIELD, k_chunk or k)
+    if kc < k and block > 1:
+        kc -= kc % block
+        if kc == 0:
+            raise ValueError(f"no room for one {block}-step block (capacity {cap}, k_chunk {k_chunk})")
     if avoid_unit_chunk and k > 1:
         while kc > 1 and k % kc == 1:
             kc -= 1
@@ -91,7 +95,7 @@ def _chunk(k: int, cap: int, k_chunk: int | None, avoid_unit_chunk: bool) -> int
 def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int | None = None,
               b_words: int | None = None,
               acc_words: int | None = None, k_chunk: int | None = None,
-              avoid_unit_chunk: bool = False, a_panel_extra: int = 0) -> GemmPlan:
+              avoid_unit_chunk: bool = False, a_panel_extra: int = 0, block: int = 1) -> GemmPlan:
     """Choose group sizes and the K chunk for an ``m x n x k`` GEMM on ``config``.
 
     ``operand_words`` (A and B), ``b_words`` (B only) and ``acc_words`` limit the SRAM words the
@@ -121,7 +125,7 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
             if cap < 1:
                 continue
             try:
-                kc = _chunk(k, cap, k_chunk, avoid_unit_chunk)
+                kc = _chunk(k, cap, k_chunk, avoid_unit_chunk, block)
             except ValueError as e:
                 last_error = e
                 continue
@@ -138,7 +142,7 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
 
 
 def plan_for_device(dev, m: int, n: int, k: int, *, acc_words: int | None = None,
-                    k_chunk: int | None = None) -> GemmPlan:
+                    k_chunk: int | None = None, block: int = 1) -> GemmPlan:
     """Plan with the chip's errata mitigations folded in (FL-SR-001, FL-ME-001, FL-ME-002)."""
     er = workarounds.for_device(dev)
     cfg = dev.config
@@ -146,7 +150,7 @@ def plan_for_device(dev, m: int, n: int, k: int, *, acc_words: int | None = None
         cfg, m, n, k,
         b_words=cfg.operand_depth - (1 if er.on("FL-SR-001") else 0),
         acc_words=acc_words, k_chunk=k_chunk, avoid_unit_chunk=er.on("FL-ME-001"),
-        a_panel_extra=1 if er.on("FL-ME-002") else 0,
+        a_panel_extra=1 if er.on("FL-ME-002") else 0, block=block,
     )
 
 
@@ -161,11 +165,13 @@ def prepare_operands(a, b, cfg: ChipConfig, plan: GemmPlan):
     return pack_a_panels(a_pad, cfg.rows), pack_b_panels(b_pad, cfg.cols)
 
 
-async def queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, host: dict, budget) -> tuple[int, int]:
+async def queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, host: dict, budget,
+                      fp: tuple | None = None) -> tuple[int, int]:
     """Load and queue every K chunk of one tile group; returns (tiles along M, along N).
 
     The group's C tile (p, q) lands at accumulator word ``(p * nb + q) * ROWS``. The last
-    chunk's MATMULs are queued but not waited for.
+    chunk's MATMULs are queued but not waited for. ``fp = (format, sa_words (TM, blocks),
+    sb_words (TN, blocks))`` runs the FP path with block scales (docs/numerics.md).
     """
     R = dev.config.rows
     k = plan.k
@@ -188,22 +194,33 @@ async def queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, h
         for q in range(nb):
             host["words_loaded"] += dev.load_words(MemRegion.B, q * plan.kc, b_words[gj + q, k0:k0 + kc].tolist())
         flags = MATMUL_FLAG_ACCUMULATE if ci else 0
+        spp = -(-plan.kc // BLOCK)  # scale words per panel chunk
+        if fp is not None:
+            fmt, sa_words, sb_words = fp
+            flags |= int(fmt) << FORMAT_SHIFT
+            b0, nblk = k0 // BLOCK, -(-kc // BLOCK)
+            for p in range(na):
+                dev.load_words(MemRegion.SA, p * spp, sa_words[gi + p, b0:b0 + nblk].tolist())
+            for q in range(nb):
+                dev.load_words(MemRegion.SB, q * spp, sb_words[gj + q, b0:b0 + nblk].tolist())
         cmds = []
         for p in range(na):
             if stale_a and p:
                 cmds.append(_FENCE)
             for q in range(nb):
                 cmds.append(pack_command(Opcode.MATMUL, flags=flags, length=kc, arg0=p * stride,
-                                         arg1=q * plan.kc, arg2=(p * nb + q) * R))
+                                         arg1=q * plan.kc, arg2=(p * nb + q) * R,
+                                         arg3=(p * spp) | ((q * spp) << 8) if fp is not None else 0))
         host["commands"] += len(cmds)
         await dev.submit(cmds, budget)
     return na, nb
 
 
 def read_group(dev, out: np.ndarray, gi: int, gj: int, na: int, nb: int) -> None:
+    """Copy a group's C tiles from the accumulator SRAM into ``out`` (int32, or uint32 fp32 bits)."""
     R, C = dev.config.rows, dev.config.cols
     words = dev.read_words(MemRegion.ACC, 0, na * nb * R)
-    tiles = words_to_int32(words, C).reshape(na, nb, R, C)
+    tiles = words_to_int32(words, C).view(out.dtype).reshape(na, nb, R, C)
     out[gi * R:(gi + na) * R, gj * C:(gj + nb) * C] = tiles.transpose(0, 2, 1, 3).reshape(na * R, nb * C)
 
 

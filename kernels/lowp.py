@@ -1,0 +1,152 @@
+"""Low-precision GEMM: float32 in, a quantization recipe, the chip, float32 out plus metrics.
+
+Recipes (kernels/quant.py): int8 per-tensor / per-channel run on the int8 path and are
+dequantized in software; FP8 per-tensor and MX (block-scaled E4M3/E5M2/E2M1) run on the FP path
+(docs/numerics.md). Per-tensor FP8 is the FP path with unit block scales; the tensor scales are
+applied to the fp32 result in software. K is zero-padded to a multiple of 32 for the FP path.
+
+The result records exactly what ran (codes, scales, chunking) so that golden.mx can reproduce
+the chip's fp32 bits, and the metrics against the float64 ideal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import golden
+import workarounds
+from rtl.isa import BLOCK, Format
+
+from . import quant
+from .gemm import gemm, plan_for_device, prepare_operands, queue_group, read_group
+from .layout import bytes_to_words
+from .roofline import ideal_cycles
+from .stats import Measure
+
+__all__ = ["gemm_lowp", "mx_gemm_codes", "FMT_CODES"]
+
+FMT_CODES = {"e4m3": Format.E4M3, "e5m2": Format.E5M2, "e2m1": Format.E2M1}
+
+
+def _check_float(name, x):
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2 or 0 in x.shape:
+        got = f"{type(x).__name__} {getattr(x, 'dtype', '')} {getattr(x, 'shape', '')}"
+        raise TypeError(f"{name} must be a non-empty 2-D float32 array (quantizers round from float32), got {got}")
+    if not np.isfinite(x).all():
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+        raise ValueError(f"{name} has a non-finite value at {bad}: the quantization recipes cannot carry NaN/Inf")
+
+
+def _flush_subnormal_codes(codes: np.ndarray, fmt: str) -> tuple[np.ndarray, int]:
+    """Replace subnormal FP8 codes by a zero of the same sign (FL-NU-001)."""
+    f = golden.mx.FORMATS[fmt]
+    exp_field = (codes >> f.mbits) & ((1 << f.ebits) - 1)
+    sub = (exp_field == 0) & ((codes & ((1 << f.mbits) - 1)) != 0)
+    out = codes.copy()
+    out[sub] = codes[sub] & 0x80
+    return out, int(sub.sum())
+
+
+async def mx_gemm_codes(dev, a_codes, b_codes, a_scales, b_scales, fmt: str, *, k_chunk=None, budget_cycles=None):
+    """Run element codes (M,K)/(K,N) with E8M0 block scales (M,K/32)/(K/32,N) on the FP path.
+
+    Returns ``(bits uint32 (M,N), stats)``; ``stats["chunks"]`` lists the K length of each MATMUL
+    so ``golden.mx.mx_matmul_bits(..., chunks=...)`` reproduces the bits.
+    """
+    cfg = dev.config
+    if fmt not in FMT_CODES:
+        raise ValueError(f"format must be one of {', '.join(FMT_CODES)}, got {fmt!r}")
+    if fmt not in cfg.formats:
+        raise ValueError(f"this chip has no {fmt} path (CAPS formats: {', '.join(cfg.formats)})")
+    m, k = a_codes.shape
+    n = b_codes.shape[1]
+    if k % BLOCK or b_codes.shape[0] != k:
+        raise ValueError(f"K must match and be a multiple of {BLOCK} (pad with zeros), got {a_codes.shape} x {b_codes.shape}")
+    plan = plan_for_device(dev, m, n, k, k_chunk=k_chunk, block=BLOCK)
+    a_words, b_words = prepare_operands(a_codes.view(np.int8), b_codes.view(np.int8), cfg, plan)
+    # scale words: per A panel and block, ROWS codes (byte i = row i); per B panel, COLS codes
+    sa = np.full((plan.tm * cfg.rows, k // BLOCK), 127, np.uint8)
+    sa[:m] = a_scales
+    sb = np.full((k // BLOCK, plan.tn * cfg.cols), 127, np.uint8)
+    sb[:, :n] = b_scales
+    sa_words = bytes_to_words(sa.reshape(plan.tm, cfg.rows, -1).transpose(0, 2, 1))
+    sb_words = bytes_to_words(sb.reshape(-1, plan.tn, cfg.cols).transpose(1, 0, 2))
+    out = np.zeros((plan.tm * cfg.rows, plan.tn * cfg.cols), np.uint32)
+    host = {"words_loaded": 0, "commands": 0, "waits": 0}
+    chunks = [min(plan.kc, k - k0) for k0 in range(0, k, plan.kc)]
+    extra = {"shape": [m, n, k], "format": fmt, "plan": plan.as_dict(), "chunks": chunks, "host": host}
+    async with Measure(dev, f"gemm_{fmt}", ideal_cycles(cfg, m * n * k), extra) as meas:
+        for gi in range(0, plan.tm, plan.ga):
+            for gj in range(0, plan.tn, plan.gb):
+                na, nb = await queue_group(dev, plan, a_words, b_words, gi, gj, host, budget_cycles,
+                                           fp=(FMT_CODES[fmt], sa_words, sb_words))
+                await dev.wait_idle(budget_cycles)
+                read_group(dev, out, gi, gj, na, nb)
+        await dev.check_no_error()
+    meas.stats.update(workarounds.kernel_report(dev, ("engine", "sram", "cmdproc")))
+    return out[:m, :n].copy(), meas.stats
+
+
+async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, k_chunk=None, budget_cycles=None) -> dict:
+    """Quantize float32 ``a`` (M,K) and ``b`` (K,N) with ``recipe``, run on the chip, dequantize.
+
+    Returns a dict with ``c`` (float32 (M,N)), ``stats`` (with ``recipe`` and mitigations),
+    the metrics vs the float64 ideal (``sqnr_db``, ``max_abs``), and for the FP path ``run``:
+    the codes, scales, format and chunks that ran, plus ``bits`` (the chip's fp32 output).
+    """
+    r = quant.recipe(recipe)
+    _check_float("a", a)
+    _check_float("b", b)
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
+    ideal = golden.mx.ideal_matmul(a.astype(np.float64), b.astype(np.float64))
+    er = workarounds.for_device(dev)
+    out: dict = {"recipe": recipe}
+    if r.kind == "int8":
+        axis_a, axis_b = (None, None) if r.granularity == "tensor" else (0, 1)
+        qa, sa = quant.int8_symmetric(a, axis=axis_a)
+        qb, sb = quant.int8_symmetric(b, axis=axis_b)
+        c_int, stats = await gemm(dev, qa, qb, k_chunk=k_chunk, budget_cycles=budget_cycles)
+        sa_col = np.asarray(sa, np.float64).reshape(-1, 1) if axis_a is not None else float(sa)
+        sb_row = np.asarray(sb, np.float64).reshape(1, -1) if axis_b is not None else float(sb)
+        c = (c_int.astype(np.float64) * sa_col * sb_row).astype(np.float32)
+    else:
+        ap = quant.pad_to_block(a, axis=1)
+        bp = quant.pad_to_block(b, axis=0)
+        kp = ap.shape[1]
+        tensor_scale = 1.0
+        notes = []
+        if r.kind == "fp8" and not er.on("FL-NU-001"):
+            ca, ta = quant.fp8_per_tensor(ap, r.fmt)
+            cb, tb = quant.fp8_per_tensor(bp, r.fmt)
+            a_sc = np.full((ap.shape[0], kp // BLOCK), 127, np.uint8)
+            b_sc = np.full((kp // BLOCK, bp.shape[1]), 127, np.uint8)
+            tensor_scale = float(ta) * float(tb)
+        else:
+            # MX recipes; and per-tensor FP8 on a chip that reads subnormals as zero (FL-NU-001):
+            # per-block power-of-two scales (rceil) keep the elements in the normal range.
+            rule = r.rule or "rceil"
+            ca, a_sc = quant.mx_quantize(ap, r.fmt, rule, axis=1)
+            cb, b_sc = quant.mx_quantize(bp, r.fmt, rule, axis=0)
+            if r.kind == "fp8":
+                notes.append("FL-NU-001: per-tensor FP8 ran with per-block rceil scales")
+        if er.on("FL-NU-001") and r.fmt in ("e4m3", "e5m2"):
+            # ... and whatever is still subnormal is flushed in software, so the chip's reading
+            # of subnormals as zero cannot differ from what the golden computes.
+            ca, fa = _flush_subnormal_codes(ca, r.fmt)
+            cb, fb = _flush_subnormal_codes(cb, r.fmt)
+            notes.append(f"FL-NU-001: {fa + fb} subnormal codes flushed to zero in software")
+        bits, stats = await mx_gemm_codes(dev, ca, cb, a_sc, b_sc, r.fmt, k_chunk=k_chunk, budget_cycles=budget_cycles)
+        f32 = bits.view(np.float32)
+        c = (f32.astype(np.float64) * tensor_scale).astype(np.float32)
+        out["run"] = {"fmt": r.fmt, "a_codes": ca, "b_codes": cb, "a_scales": a_sc, "b_scales": b_sc,
+                      "chunks": stats["chunks"], "tensor_scale": tensor_scale}
+        out["bits"] = bits
+        stats["notes"] = notes
+    stats["recipe"] = recipe
+    out["c"] = c
+    out["stats"] = stats
+    with np.errstate(all="ignore"):
+        out["sqnr_db"] = float(golden.sqnr_db(ideal, c.astype(np.float64))) if np.isfinite(c).all() else float("nan")
+    out["max_abs"] = float(np.max(np.abs(ideal - c.astype(np.float64))))
+    return out
