@@ -100,6 +100,21 @@ async def run_cell(dev, cell: dict | list, seed: int) -> dict:
             mismatch = _first_mismatch(c, ref)
             if mismatch is None and int(total) != int(ref_total):
                 mismatch = {"index": ["total"], "got": int(total), "expected": int(ref_total), "count": 1}
+    elif kind == "lowp":
+        from kernels.lowp import gemm_lowp
+
+        from .distributions import sample
+
+        a = sample(cell["dist"], rng, (cell["m"], cell["k"]), role="a")
+        b = sample(cell["dist"], rng, (cell["k"], cell["n"]), role="b")
+        out = await gemm_lowp(dev, a, b, cell["recipe"])
+        stats, mismatch = out["stats"], None
+        if "run" in out:
+            r = out["run"]
+            ref = golden.mx.mx_matmul_bits(r["a_codes"], r["b_codes"], r["a_scales"], r["b_scales"], r["fmt"],
+                                           chunks=r["chunks"])
+            mismatch = _first_mismatch(out["bits"], ref)
+        stats["sqnr_db"] = out["sqnr_db"]
     elif kind == "reduce":
         lo, hi = (-(2**31), -1) if cell.get("negative") else (-(2**31), 2**31)
         x = rng.integers(lo, hi, size=(cell["rows"], cell["cols"]), dtype=np.int64).astype(np.int32)
@@ -108,7 +123,7 @@ async def run_cell(dev, cell: dict | list, seed: int) -> dict:
     else:
         raise ValueError(f"unknown cell kernel {kind!r}")
     return {"passed": mismatch is None, "mismatch": mismatch, "cycles": stats["cycles"],
-            "mitigations": stats["mitigations"]}
+            "mitigations": stats["mitigations"], "sqnr_db": stats.get("sqnr_db")}
 
 
 async def errata_check_job(dev, emit) -> dict:

@@ -117,8 +117,12 @@ async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, k_chunk=N
         tensor_scale = 1.0
         notes = []
         if r.kind == "fp8" and not er.on("FL-NU-001"):
-            ca, ta = quant.fp8_per_tensor(ap, r.fmt)
-            cb, tb = quant.fp8_per_tensor(bp, r.fmt)
+            if r.granularity == "cast":
+                ca, ta = quant.quantize_elements(ap, r.fmt), 1.0
+                cb, tb = quant.quantize_elements(bp, r.fmt), 1.0
+            else:
+                ca, ta = quant.fp8_per_tensor(ap, r.fmt)
+                cb, tb = quant.fp8_per_tensor(bp, r.fmt)
             a_sc = np.full((ap.shape[0], kp // BLOCK), 127, np.uint8)
             b_sc = np.full((kp // BLOCK, bp.shape[1]), 127, np.uint8)
             tensor_scale = float(ta) * float(tb)
@@ -129,7 +133,7 @@ async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, k_chunk=N
             ca, a_sc = quant.mx_quantize(ap, r.fmt, rule, axis=1)
             cb, b_sc = quant.mx_quantize(bp, r.fmt, rule, axis=0)
             if r.kind == "fp8":
-                notes.append("FL-NU-001: per-tensor FP8 ran with per-block rceil scales")
+                notes.append(f"FL-NU-001: {r.granularity} FP8 ran with per-block rceil scales")
         if er.on("FL-NU-001") and r.fmt in ("e4m3", "e5m2"):
             # ... and whatever is still subnormal is flushed in software, so the chip's reading
             # of subnormals as zero cannot differ from what the golden computes.

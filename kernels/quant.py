@@ -591,7 +591,7 @@ class Recipe:
     kind : {"int8", "fp8", "mx"}
         :func:`int8_symmetric`, :func:`fp8_per_tensor` or :func:`mx_quantize`.
     fmt : {"int8", "e4m3", "e5m2", "e2m1"}
-    granularity : {"tensor", "channel", "block"}
+    granularity : {"tensor", "channel", "block", "cast"}
     rule : {"floor", "rceil"} or None
         The MX scale rule; None for the other kinds.
     """
@@ -605,7 +605,7 @@ class Recipe:
     def __post_init__(self) -> None:
         ok = {
             "int8": (("int8",), ("tensor", "channel"), (None,)),
-            "fp8": (_FP8, ("tensor",), (None,)),
+            "fp8": (_FP8, ("tensor", "cast"), (None,)),
             "mx": (tuple(FORMATS), ("block",), _RULES),
         }
         if self.kind not in ok:
@@ -631,6 +631,10 @@ RECIPES: dict[str, Recipe] = {
         Recipe("int8-channel", "int8", "int8", "channel"),
         Recipe("fp8-e4m3-tensor", "fp8", "e4m3", "tensor"),
         Recipe("fp8-e5m2-tensor", "fp8", "e5m2", "tensor"),
+        # "cast": no scaling at all (values already in the format's range, e.g. stored FP8
+        # weights); small-magnitude data then lands on subnormals.
+        Recipe("fp8-e4m3-cast", "fp8", "e4m3", "cast"),
+        Recipe("fp8-e5m2-cast", "fp8", "e5m2", "cast"),
         Recipe("mxfp8-e4m3-floor", "mx", "e4m3", "block", "floor"),
         Recipe("mxfp8-e4m3-rceil", "mx", "e4m3", "block", "rceil"),
         Recipe("mxfp8-e5m2-floor", "mx", "e5m2", "block", "floor"),

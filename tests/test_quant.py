@@ -636,7 +636,7 @@ def test_int8_zero_amax_gives_scale_one() -> None:
 
 def test_recipes_table() -> None:
     assert list(RECIPES) == [
-        "int8-tensor", "int8-channel", "fp8-e4m3-tensor", "fp8-e5m2-tensor",
+        "int8-tensor", "int8-channel", "fp8-e4m3-tensor", "fp8-e5m2-tensor", "fp8-e4m3-cast", "fp8-e5m2-cast",
         "mxfp8-e4m3-floor", "mxfp8-e4m3-rceil", "mxfp8-e5m2-floor", "mxfp8-e5m2-rceil",
         "mxfp4-e2m1-floor", "mxfp4-e2m1-rceil",
     ]

@@ -11,7 +11,7 @@ from .reproducers import REPRODUCERS
 
 __all__ = ["lint"]
 
-_ID = re.compile(r"^FL-(ME|RU|SR|CP)-\d{3}$")
+_ID = re.compile(r"^FL-(ME|RU|SR|CP|NU)-\d{3}$")
 
 
 def lint(errata: tuple[Erratum, ...] = ERRATA) -> list[str]:
@@ -24,7 +24,7 @@ def lint(errata: tuple[Erratum, ...] = ERRATA) -> list[str]:
             problems.append(f"{where} duplicate id")
         seen.add(e.id)
         if not _ID.match(e.id):
-            problems.append(f"{where} id must look like FL-<ME|RU|SR|CP>-NNN")
+            problems.append(f"{where} id must look like FL-<ME|RU|SR|CP|NU>-NNN")
         if e.unit not in UNITS:
             problems.append(f"{where} unknown unit {e.unit!r} (known: {', '.join(UNITS)})")
         if e.category not in CATEGORIES:

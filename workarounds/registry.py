@@ -141,6 +141,27 @@ ERRATA: tuple[Erratum, ...] = (
     ),
 )
 
+ERRATA = ERRATA + (
+    Erratum(
+        id="FL-NU-001",
+        title="FP8 subnormal operands read as zero",
+        unit="engine",
+        category="B",
+        affected=("A0", "A1"),
+        fixed_in="B0",
+        defect="fp8_subnormals_read_as_zero",
+        conditions="E4M3 or E5M2 MATMUL with subnormal operand codes (exponent field 0, mantissa != 0).",
+        description="The PE operand decoder drops the significand of subnormal FP8 codes (denormals-are-zero).",
+        implication="Unscaled (cast) FP8 on small-magnitude data loses everything below the normal range: on "
+        "N(0,1)*2^-8 E4M3 falls from 16 dB (as specified) to 0 dB; amax-scaled FP8 is rarely hit.",
+        reproducer="repro_fp8_subnormal",
+        mitigation="per-tensor and cast FP8 run with per-block power-of-two scales (rceil) that keep elements "
+        "normal, and any code still subnormal is flushed to zero in software so the chip and the golden agree",
+        mitigation_kind="kernel",
+        cell={"kernel": "lowp", "recipe": "fp8-e4m3-cast", "dist": "small", "m": 8, "n": 8, "k": 64},
+    ),
+)
+
 BY_ID: dict[str, Erratum] = {e.id: e for e in ERRATA}
 
 

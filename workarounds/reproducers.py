@@ -114,7 +114,25 @@ async def repro_reduce_overtakes_drain(dev) -> dict:
     return {"fired": got != want, "detail": f"REDUCE right behind MATMUL = {got} (expected {want})"}
 
 
+async def repro_fp8_subnormal(dev) -> dict:
+    """E4M3 2**-9 (code 0x01) times 1.0 (0x38), unit scales: fp32 2**-9 = 0x3B000000."""
+    from rtl.isa import FORMAT_SHIFT, Format
+
+    cfg = dev.config
+    if "e4m3" not in cfg.formats:
+        return {"fired": False, "detail": "chip has no E4M3 path"}
+    await _prepare(dev)
+    dev.load_words(MemRegion.A, 0, [_ones_word(cfg.rows, 0x01)])
+    dev.load_words(MemRegion.B, 0, [_ones_word(cfg.cols, 0x38)])
+    dev.load_words(MemRegion.SA, 0, [_ones_word(cfg.rows, 127)])
+    dev.load_words(MemRegion.SB, 0, [_ones_word(cfg.cols, 127)])
+    await dev.run([pack_command(Opcode.MATMUL, flags=int(Format.E4M3) << FORMAT_SHIFT, length=1)])
+    got = dev.read_words(MemRegion.ACC, 0, 1)[0] & 0xFFFFFFFF
+    return {"fired": got != 0x3B000000, "detail": f"E4M3 subnormal 2^-9 x 1.0 = 0x{got:08x} (expected 0x3b000000)"}
+
+
 REPRODUCERS = {
+    "repro_fp8_subnormal": repro_fp8_subnormal,
     "repro_k1_accumulate": repro_k1_accumulate,
     "repro_b2b_stale_a": repro_b2b_stale_a,
     "repro_max_from_zero": repro_max_from_zero,
