@@ -144,6 +144,22 @@ def build_parser() -> argparse.ArgumentParser:
     bu.add_argument("--sram-depth", type=_positive, default=None, metavar="N",
                     help="words in every SRAM (power of two; smaller is quicker to test; default 1024)")
 
+    nu = sub.add_parser("numerics", help="SQNR of every quantization recipe on the RTL (table, JSON, PNG plot)",
+                        description="Runs each recipe x distribution x K on the chip, reports SQNR vs a float64 "
+                        "ideal, checks the chip's bits against the golden, and shows erratum FL-NU-001 "
+                        "vulnerable vs mitigated.")
+    nu.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    nu.add_argument("--rev", default="B0", type=_revision, help="revision for the main table (default B0: its FP "
+                    "path is as specified)")
+    nu.add_argument("--recipes", nargs="+", default=None, metavar="RECIPE", help="default: all (see kernels/quant.py)")
+    nu.add_argument("--dists", nargs="+", default=None, metavar="DIST", help="normal, outliers, small (default: all)")
+    nu.add_argument("--k", nargs="+", type=_positive, default=[64, 256, 1024], metavar="K")
+    nu.add_argument("--m", type=_positive, default=32)
+    nu.add_argument("--n", type=_positive, default=32)
+    nu.add_argument("--seed", type=int, default=1)
+    nu.add_argument("--report", type=Path, default=None, metavar="DIR", help="write numerics.json and numerics.png")
+    nu.add_argument("--no-erratum", action="store_true", help="skip the FL-NU-001 comparison (two more builds)")
+
     e = sub.add_parser("errata", help="the errata registry: list, show, check on the RTL, measure costs",
                        description="Errata: what the software believes about each silicon revision, held "
                        "against the real RTL by running every reproducer.")
@@ -357,6 +373,26 @@ def cmd_bringup(args) -> int:
     return EXIT_OK if report["passed"] else EXIT_FAIL
 
 
+def cmd_numerics(args) -> int:
+    from kernels.quant import RECIPES
+
+    from .distributions import DISTRIBUTIONS
+    from .numerics import run_numerics
+
+    _require_sim(args.sim)
+    recipes = args.recipes or list(RECIPES)
+    dists = args.dists or list(DISTRIBUTIONS)
+    for r in recipes:
+        if r not in RECIPES:
+            raise CannotStart(f"unknown recipe {r!r}; known: {', '.join(RECIPES)}")
+    for d in dists:
+        if d not in DISTRIBUTIONS:
+            raise CannotStart(f"unknown distribution {d!r}; known: {', '.join(DISTRIBUTIONS)}")
+    res = run_numerics(sim=args.sim, revision=args.rev, recipes=recipes, dists=dists, ks=args.k, m=args.m, n=args.n,
+                       seed=args.seed, report_dir=args.report, console=console, erratum=not args.no_erratum)
+    return EXIT_OK if res["all_bit_identical"] and not res["error"] else EXIT_FAIL
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -370,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "bringup":
             return cmd_bringup(args)
+        if args.command == "numerics":
+            return cmd_numerics(args)
         if args.command == "errata":
             from .errata_cli import cmd_errata
 

@@ -167,3 +167,39 @@ async def errata_matrix_job(dev, emit, ids: list[str] | None = None, seed: int =
             cells.append(rec)
         workarounds.set_policy(dev, None)
     return {"cells": len(cells)}
+
+
+# ---- numerics report --------------------------------------------------------------------------
+
+async def numerics_job(dev, emit, recipes: list[str], dists: list[str], ks: list[int], m: int, n: int,
+                       seed: int, policy: dict | None = None) -> dict:
+    """SQNR of every recipe x distribution x K on the chip, with the chip's bits checked vs golden."""
+    import workarounds
+    from kernels.lowp import gemm_lowp
+
+    from .distributions import sample
+
+    if policy:
+        workarounds.set_policy(dev, policy)
+    rows = 0
+    for dist in dists:
+        for k in ks:
+            rng = np.random.default_rng([seed, k, sum(dist.encode())])
+            a = sample(dist, rng, (m, k), role="a")
+            b = sample(dist, rng, (k, n), role="b")
+            for name in recipes:
+                out = await gemm_lowp(dev, a, b, name)
+                if "run" in out:
+                    r = out["run"]
+                    ref = golden.mx.mx_matmul_bits(r["a_codes"], r["b_codes"], r["a_scales"], r["b_scales"],
+                                                   r["fmt"], chunks=r["chunks"])
+                    identical = bool((ref == out["bits"]).all())
+                else:
+                    ri = out["run_int8"]
+                    identical = bool((golden.gemm_int8(ri["qa"], ri["qb"]) == ri["c_int"]).all())
+                emit({"type": "numerics", "recipe": name, "dist": dist, "k": k, "m": m, "n": n,
+                      "sqnr_db": out["sqnr_db"], "max_abs": out["max_abs"], "bit_identical": identical,
+                      "cycles": out["stats"]["cycles"], "mitigations": out["stats"]["mitigations"],
+                      "notes": out["stats"].get("notes", []), "revision": dev.revision})
+                rows += 1
+    return {"rows": rows}

@@ -107,6 +107,7 @@ async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, k_chunk=N
         qa, sa = quant.int8_symmetric(a, axis=axis_a)
         qb, sb = quant.int8_symmetric(b, axis=axis_b)
         c_int, stats = await gemm(dev, qa, qb, k_chunk=k_chunk, budget_cycles=budget_cycles)
+        out["run_int8"] = {"qa": qa, "qb": qb, "c_int": c_int}
         sa_col = np.asarray(sa, np.float64).reshape(-1, 1) if axis_a is not None else float(sa)
         sb_row = np.asarray(sb, np.float64).reshape(1, -1) if axis_b is not None else float(sb)
         c = (c_int.astype(np.float64) * sa_col * sb_row).astype(np.float32)
