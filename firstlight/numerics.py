@@ -139,7 +139,7 @@ def run_numerics(*, sim: str, revision: str, recipes: list[str], dists: list[str
               "erratum_FL-NU-001": erratum_rows, "reference_points_normal": REFERENCE_POINTS,
               "operand_sqnr_normal": op,
               # the vulnerable case differs from the golden by design (that is the erratum)
-              "all_bit_identical": all(r["bit_identical"] for r in rows + erratum_rows if not r["case"].startswith("vulnerable"))
+              "all_bit_identical": all(r["bit_identical"] for r in rows + erratum_rows if not r.get("case", "").startswith("vulnerable"))
               if erratum_rows else all(r["bit_identical"] for r in rows),
               "vulnerable_differs_from_golden": any(not r["bit_identical"] for r in erratum_rows
                                                     if r["case"].startswith("vulnerable")),
