@@ -27,7 +27,7 @@ def _stages(report) -> dict:
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("rev, errata", [("A0", 5), ("A1", 3), ("B0", 1)])
+@pytest.mark.parametrize("rev, errata", [("A0", 6), ("A1", 4), ("B0", 1)])
 def test_clean_chip_passes_every_stage(tmp_path, rev, errata):
     require_sim("verilator")
     code, rep = _bringup(tmp_path, "--rev", rev)
