@@ -19,7 +19,9 @@ from cosim.device import REVISION_NAMES, caps_to_config
 from rtl.revisions import REVISIONS
 
 REVISION_CODES = {r.name: r.code for r in REVISIONS.values()}
+from kernels import quant
 from kernels.gemm import gemm, plan_for_device
+from kernels.lowp import gemm_lowp, mx_gemm_codes
 from kernels.reduce import reduce_rows
 from rtl.config import ChipConfig
 from rtl.csr_map import ID_MAGIC, REG, REGISTERS, MemRegion
@@ -334,10 +336,21 @@ async def stage_engine_smoke(ctx: Ctx):
     for op in ("sum", "max", "min"):
         got, _ = await reduce_rows(dev, x, op)
         problems.append(_mismatch(got, golden.reduce_rows(x, op), f"REDUCE {op}"))
+    fp = [f for f in cfg.formats if f != "int8"]
+    for fmt in fp:  # one FP MATMUL per format the chip has (CAPS), on normal codes: bit-exact vs golden.mx
+        codes = {"e4m3": (0x30, 0x48), "e5m2": (0x30, 0x48), "e2m1": (0x02, 0x06)}[fmt]
+        a = rng.integers(*codes, (cfg.rows, 64), dtype=np.uint8)
+        b = rng.integers(*codes, (64, cfg.cols), dtype=np.uint8)
+        sa = rng.integers(120, 135, (cfg.rows, 2), dtype=np.uint8)
+        sb = rng.integers(120, 135, (2, cfg.cols), dtype=np.uint8)
+        bits, st = await mx_gemm_codes(dev, a, b, sa, sb, fmt)
+        ref = golden.mx.mx_matmul_bits(a, b, sa, sb, fmt, chunks=st["chunks"])
+        problems.append(_mismatch(bits, ref, f"{fmt} MATMUL"))
     problems = [p for p in problems if p]
     if problems:
         raise StageFailed("; ".join(problems))
-    return "identity and random MATMUL, SUM/MAX/MIN bit-exact vs golden", {}
+    return ("identity and random MATMUL, SUM/MAX/MIN" + (f", {'/'.join(fp)} MATMUL" if fp else "")
+            + " bit-exact vs golden"), {"formats": list(cfg.formats)}
 
 
 # ---- 8. errata ------------------------------------------------------------------------------
@@ -358,6 +371,7 @@ async def stage_errata(ctx: Ctx):
 # ---- 9. kernel suite ------------------------------------------------------------------------
 GEMM_SUITE = [(1, 1, 1), (37, 19, 100), (64, 64, 64), (9, 6, 1500)]
 REDUCE_SUITE = [(8, 100, "sum"), (8, 100, "max"), (8, 100, "min"), (2, 5000, "sum")]
+LOWP_SUITE = ["int8-channel", "fp8-e4m3-tensor", "fp8-e4m3-cast", "mxfp8-e5m2-rceil", "mxfp4-e2m1-floor"]
 
 
 async def stage_kernels(ctx: Ctx):
@@ -374,11 +388,27 @@ async def stage_kernels(ctx: Ctx):
         got, st = await reduce_rows(dev, x, op)
         mitigations |= set(st["mitigations"])
         problems.append(_mismatch(got, golden.reduce_rows(x, op), f"reduce {op} {r}x{cols}"))
+    lowp = [rc for rc in LOWP_SUITE if quant.recipe(rc).fmt in ctx.expected.formats]
+    for rc in lowp:
+        a = rng.standard_normal((16, 96)).astype(np.float32)
+        b = rng.standard_normal((96, 12)).astype(np.float32)
+        out = await gemm_lowp(dev, a, b, rc)
+        mitigations |= set(out["stats"]["mitigations"])
+        if "run" in out:
+            r = out["run"]
+            ref = golden.mx.mx_matmul_bits(r["a_codes"], r["b_codes"], r["a_scales"], r["b_scales"], r["fmt"],
+                                           chunks=r["chunks"])
+            problems.append(_mismatch(out["bits"], ref, f"{rc} 16x12x96 (chip bits vs golden)"))
+        else:
+            ri = out["run_int8"]
+            problems.append(_mismatch(ri["c_int"], golden.gemm_int8(ri["qa"], ri["qb"]), f"{rc} 16x12x96"))
     problems = [p for p in problems if p]
-    figures = {"gemm_shapes": len(GEMM_SUITE), "reduce_shapes": len(REDUCE_SUITE), "mitigations": sorted(mitigations)}
+    figures = {"gemm_shapes": len(GEMM_SUITE), "reduce_shapes": len(REDUCE_SUITE), "lowp_recipes": len(lowp),
+               "mitigations": sorted(mitigations)}
     if problems:
         raise StageFailed("; ".join(problems), figures)
-    return (f"{len(GEMM_SUITE)} GEMMs and {len(REDUCE_SUITE)} reductions bit-exact, mitigations "
+    return (f"{len(GEMM_SUITE)} GEMMs, {len(REDUCE_SUITE)} reductions and {len(lowp)} low-precision recipes "
+            f"bit-exact, mitigations "
             f"{', '.join(sorted(mitigations)) or 'none'}"), figures
 
 
