@@ -68,6 +68,12 @@ def _policy(items: list[str]) -> dict[str, str]:
         raise CannotStart(str(e)) from None
 
 
+def _add_formats(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--formats", nargs="+", default=None, metavar="FMT",
+                   help="MATMUL formats to build the chip with (int8 e4m3 e5m2 e2m1, default all); an "
+                   "int8-only chip builds ~3x faster and simulates ~3.5x faster")
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim", default="verilator", choices=["verilator", "icarus"],
                    help="simulator to run on (default: verilator)")
@@ -81,6 +87,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    "the kernels read REV from the chip and apply that revision's mitigations")
     p.add_argument("--errata-policy", action="append", default=[], metavar="ID=auto|on|off",
                    help="override one erratum's mitigation (repeatable), e.g. FL-ME-002=off")
+    _add_formats(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "Icarus stops at 128^3 unless shapes are given)")
     b.add_argument("--array", type=_array, default=None, metavar="ROWSxCOLS")
     b.add_argument("--rev", default="A0", type=_revision, help="silicon revision (default A0, mitigations on)")
+    _add_formats(b)
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--json", type=Path, default=None, metavar="PATH")
     bu = sub.add_parser(
@@ -141,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     bu.add_argument("--watchdog", type=_positive, default=1_000_000, metavar="CYCLES",
                     help="cycle budget of every wait for the chip (default 1000000); on expiry the stage "
                     "fails with a STATUS/ERR dump")
+    _add_formats(bu)
     bu.add_argument("--sram-depth", type=_positive, default=None, metavar="N",
                     help="words in every SRAM (power of two; smaller is quicker to test; default 1024)")
 
@@ -182,11 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _variant(array, revision: str = "A0"):
+def _variant(array, revision: str = "A0", formats=None):
+    from dataclasses import replace
+
     from cosim.build import Variant
     from rtl.config import ChipConfig
 
-    return Variant(config=array or ChipConfig(), revision=revision)
+    cfg = array or ChipConfig()
+    if formats:
+        try:
+            cfg = replace(cfg, formats=tuple(formats))
+        except ValueError as e:
+            raise CannotStart(f"--formats: {e}") from None
+    return Variant(config=cfg, revision=revision)
 
 
 def _require_sim(name: str):
@@ -207,7 +224,7 @@ def cmd_run(args) -> int:
 
     _require_sim(args.sim)
     policy = _policy(args.errata_policy)
-    variant = _variant(args.array, args.rev)
+    variant = _variant(args.array, args.rev, args.formats)
     if args.kernel == "gemm":
         target, kwargs = "firstlight.sim_jobs:gemm_job", {"m": args.m, "n": args.n, "k": args.k}
         shape = f"{args.m}x{args.n}x{args.k}"
@@ -302,7 +319,7 @@ def cmd_bench(args) -> int:
         if isinstance(info, SimulatorMissing) and not args.sims:
             console.print(f"[yellow]skipping {s}:[/] {info}")
     default = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256"]
-    variant = _variant(args.array, args.rev)
+    variant = _variant(args.array, args.rev, args.formats)
     cfg = variant.config
     table = Table(title=f"GEMM on a {cfg.rows}x{cfg.cols} array, revision {args.rev} "
                   "(int8, bit-exact vs golden, errata mitigations on)")
@@ -355,7 +372,7 @@ def cmd_bringup(args) -> int:
     from .bringup.run import run_bringup
 
     _require_sim(args.sim)
-    cfg = args.array or ChipConfig()
+    cfg = _variant(args.array, args.rev, args.formats).config
     if args.sram_depth:
         try:
             cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)

@@ -78,13 +78,13 @@ def _check(args, console, err_console) -> int:
     for col in ("id", "unit", "expected", "detected", "verdict", "detail"):
         t.add_column(col)
     for r in rows:
-        color = "green" if r["verdict"] == "ok" else "red"
+        color = "green" if r["verdict"] in ("ok", "not applicable") else "red"
         t.add_row(r["id"], r["unit"], "affected" if r["expected"] else "not affected",
                   "fired" if r["detected"] else "-", f"[{color}]{r['verdict']}[/]", r["detail"])
     console.print(t)
     if args.json:
         args.json.write_text(json.dumps({"revision": args.rev, "sim": args.sim, "rows": rows}, indent=2))
-    bad = [r for r in rows if r["verdict"] != "ok"]
+    bad = [r for r in rows if r["verdict"] not in ("ok", "not applicable")]
     for r in bad:
         err_console.print(f"[bold red]{r['verdict'].upper()}:[/] {r['id']} on {args.rev}: {r['detail']}")
     return EXIT_FAIL if bad else EXIT_OK

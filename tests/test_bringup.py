@@ -167,3 +167,14 @@ def test_bringup_cannot_start(argv, needle, capsys):
 def test_bringup_missing_simulator(icarus_missing, capsys):
     assert cli.main(["bringup", "--sim", "icarus"]) == cli.EXIT_CANNOT_START
     assert "apt-get install -y iverilog" in capsys.readouterr().err
+
+
+@pytest.mark.sim
+def test_int8_only_chip_brings_up(tmp_path):
+    """A chip built without the FP path: FP stages adapt to CAPS, FL-NU-001 is not applicable."""
+    require_sim("verilator")
+    code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64")
+    st = _stages(rep)
+    assert code == cli.EXIT_OK, {n: s["details"] for n, s in st.items() if s["status"] != "passed"}
+    assert st["errata"]["figures"]["verdicts"]["FL-NU-001"] == "not applicable"
+    assert "bit-exact" in st["engine_smoke"]["details"] and "e4m3" not in st["engine_smoke"]["details"]

@@ -141,3 +141,8 @@ def test_numerics_bad_input(capsys):
     assert "unknown recipe 'fp7'" in capsys.readouterr().err
     assert cli.main(["numerics", "--dists", "uniform"]) == cli.EXIT_CANNOT_START
     assert "unknown distribution 'uniform'" in capsys.readouterr().err
+
+
+def test_bad_formats_exit_2(capsys):
+    assert cli.main(["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--formats", "int8", "fp9"]) == cli.EXIT_CANNOT_START
+    assert "including 'int8'" in capsys.readouterr().err

@@ -11,8 +11,9 @@ __all__ = ["compare"]
 def compare(revision: str, observed: dict[str, dict], errata: tuple[Erratum, ...] | None = None) -> list[dict]:
     """One row per erratum: expected (registry) vs detected (reproducer) on ``revision``.
 
-    ``verdict`` is ``ok``, ``new finding`` (fired where the registry says not affected) or
-    ``not reproduced`` (the registry says affected, the reproducer saw nothing).
+    ``verdict`` is ``ok``, ``not applicable`` (the chip lacks the feature, e.g. no FP path), ``new
+    finding`` (fired where the registry says not affected) or ``not reproduced`` (the registry
+    says affected, the reproducer saw nothing).
     """
     rows = []
     for e in registry.ERRATA if errata is None else errata:
@@ -21,6 +22,8 @@ def compare(revision: str, observed: dict[str, dict], errata: tuple[Erratum, ...
         fired = bool(obs and obs.get("fired"))
         if obs is None:
             verdict = "not run"
+        elif obs.get("applicable") is False:
+            verdict = "not applicable"
         elif fired == expected:
             verdict = "ok"
         elif fired:

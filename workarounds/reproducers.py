@@ -120,7 +120,7 @@ async def repro_fp8_subnormal(dev) -> dict:
 
     cfg = dev.config
     if "e4m3" not in cfg.formats:
-        return {"fired": False, "detail": "chip has no E4M3 path"}
+        return {"fired": False, "applicable": False, "detail": "chip has no E4M3 path (CAPS): cannot occur"}
     await _prepare(dev)
     dev.load_words(MemRegion.A, 0, [_ones_word(cfg.rows, 0x01)])
     dev.load_words(MemRegion.B, 0, [_ones_word(cfg.cols, 0x38)])
