@@ -22,6 +22,9 @@ examples:
   firstlight run gemm --m 128 --n 128 --k 128 --array 8x8 --sim icarus
   firstlight run reduce --rows 8 --cols 100 --op max
   firstlight bench                                       cycles/utilisation/throughput table
+  firstlight bringup --inject sram:ACC:stuck1:addr=5:bit=70   the checklist on a chip with a bad cell
+  firstlight numerics --report out                       SQNR of every FP8/MX/int8 recipe, PNG plot
+  firstlight errata list --rev A0                        what each erratum means for a revision
 
 exit codes: 0 passed, 1 a check failed, 2 could not start (bad arguments, missing simulator).
 Simulator builds are cached under $FIRSTLIGHT_CACHE (default ~/.cache/firstlight).
