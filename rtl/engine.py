@@ -20,6 +20,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import ChipConfig
+from .ports import acc_port_members
 from .fp32 import CANONICAL_NAN, POS_INF, fp32_add, round_to_fp32
 from .isa import Format
 
@@ -50,7 +51,6 @@ class MatrixEngine(wiring.Component):
         self.config = config
         self.defects = frozenset(defects)
         aw = (config.operand_depth - 1).bit_length()
-        cw = (config.acc_depth - 1).bit_length()
         sw = (config.scale_depth - 1).bit_length()
         super().__init__(
             {
@@ -74,11 +74,7 @@ class MatrixEngine(wiring.Component):
                 "sa_rd_data": In(8 * config.rows),
                 "sb_rd_addr": Out(sw),
                 "sb_rd_data": In(8 * config.cols),
-                "acc_rd_addr": Out(cw),
-                "acc_rd_data": In(config.acc_word_bits),
-                "acc_wr_addr": Out(cw),
-                "acc_wr_data": Out(config.acc_word_bits),
-                "acc_wr_en": Out(1),
+                **acc_port_members(config),
             }
         )
 

@@ -13,6 +13,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import ChipConfig
+from .ports import acc_port_members
 from .isa import ReduceOp
 
 __all__ = ["ReductionUnit"]
@@ -38,7 +39,6 @@ class ReductionUnit(wiring.Component):
     def __init__(self, config: ChipConfig, defects: frozenset[str] = frozenset()):
         self.config = config
         self.defects = frozenset(defects)
-        cw = (config.acc_depth - 1).bit_length()
         super().__init__(
             {
                 "start": In(1),
@@ -47,11 +47,7 @@ class ReductionUnit(wiring.Component):
                 "count": In(16),
                 "dst": In(16),
                 "busy": Out(1),
-                "acc_rd_addr": Out(cw),
-                "acc_rd_data": In(config.acc_word_bits),
-                "acc_wr_addr": Out(cw),
-                "acc_wr_data": Out(config.acc_word_bits),
-                "acc_wr_en": Out(1),
+                **acc_port_members(config),
             }
         )
 
