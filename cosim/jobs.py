@@ -133,6 +133,32 @@ def run_job(
     return JobResult(records, build, run_s, log, wave_file, final[-1]["value"], device)
 
 
+def _results_from_log(log: Path, module: str, error) -> dict[str, dict]:
+    """Per-test results from cocotb's log when the simulator died before writing results.xml."""
+    import re
+
+    out: dict[str, dict] = {}
+    running = None
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = re.search(rf"running {re.escape(module)}\.(\w+) \(", line)
+        if m:
+            running = m.group(1)
+            continue
+        m = re.search(rf"{re.escape(module)}\.(\w+) (passed|failed)", line)
+        if m:
+            out[m.group(1)] = {"passed": m.group(2) == "passed", "message": "" if m.group(2) == "passed" else line.strip()}
+            if running == m.group(1):
+                running = None
+    if running:
+        out[running] = {"passed": False, "message": f"the simulator died during this test ({error}); last log lines:\n"
+                        + _tail(log, 15)}
+    return out
+
+
 def run_cocotb_module(test_module: str, *, variant: Variant | None = None, sim: str = "verilator",
                       clock: str = "hdl", work_dir: Path, seed: int | None = None,
                       extra_env: dict[str, str] | None = None) -> dict[str, dict]:
@@ -145,9 +171,16 @@ def run_cocotb_module(test_module: str, *, variant: Variant | None = None, sim: 
     build = build_simulator(variant, sim=sim, clock=clock)
     work_dir.mkdir(parents=True, exist_ok=True)
     env = {"FIRSTLIGHT_CLOCK": clock, **(extra_env or {})}
+    # INFO keeps cocotb's per-test "passed/failed" lines in the log: if the simulator dies before
+    # it writes results.xml, the tests that finished are still reported (see _results_from_log).
+    env.setdefault("COCOTB_LOG_LEVEL", "INFO")
     log, results, _run_s, error = _launch(build, test_module, work_dir, env, False, seed)
     if not results.exists():
-        raise RuntimeError(f"{sim} produced no results ({error}); last log lines:\n{_tail(log)}")
+        out = _results_from_log(log, test_module, error)
+        if not out:
+            raise RuntimeError(f"{sim} produced no results ({error}); last log lines:\n{_tail(log)}")
+        out["__log__"] = {"passed": True, "message": str(log)}
+        return out
     out: dict[str, dict] = {}
     for case in ET.parse(results).getroot().iter("testcase"):
         fail = case.find("failure")
