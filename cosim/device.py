@@ -143,11 +143,12 @@ class Device:
         self.config: ChipConfig | None = None
         self.rev_code = 0
         self._mems = {}
-        # Command-stream passes (name, fn(cmds, previous) -> (cmds, inserted)) installed by
-        # software that knows the chip's errata; cosim itself does not know any.
+        # Command-stream passes (name, fn(cmds, state) -> (cmds, inserted)) installed by software
+        # that knows the chip's errata; cosim itself does not know any. Each pass has a state
+        # dict that lives until the chip is next seen idle.
         self.stream_passes: list = []
         self.pass_counts: dict[str, int] = {}
-        self._last_cmd: int | None = None  # last command queued since the chip was seen idle
+        self._pass_state: dict[str, dict] = {}
         self.errata_policy: dict[str, str] = {}  # set by whoever opens the device
         self.errata = None  # cache slot for the software's errata resolution
         self.watchdog_cycles = 1_000_000  # default budget of every wait for idle
@@ -272,10 +273,8 @@ class Device:
         """
         commands = list(commands)
         for name, fn in self.stream_passes:
-            commands, inserted = fn(commands, self._last_cmd)
+            commands, inserted = fn(commands, self._pass_state.setdefault(name, {}))
             self.pass_counts[name] = self.pass_counts.get(name, 0) + inserted
-        if commands:
-            self._last_cmd = commands[-1]
         depth = self.config.cmdq_depth
         piece = depth - 1
         for start in range(0, len(commands), piece):
@@ -296,6 +295,10 @@ class Device:
         await self.submit(commands, budget_cycles)
         await self.wait_idle(budget_cycles)
 
+    def reset_stream_state(self) -> None:
+        """The chip is idle (or was reset): nothing queued can still be in flight."""
+        self._pass_state = {}
+
     def default_budget(self) -> int:
         return self.watchdog_cycles
 
@@ -304,7 +307,7 @@ class Device:
         budget = self.default_budget() if budget_cycles is None else budget_cycles
         ok = await self._timed(self.tb.wait_signal_high(self.tb.dut.idle, budget))
         if ok:
-            self._last_cmd = None
+            self.reset_stream_state()
         else:
             dump = await self.dump_state()
             raise DeviceTimeout(

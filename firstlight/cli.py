@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-EXIT_OK, EXIT_FAIL, EXIT_CANNOT_START = 0, 1, 2
+from firstlight.errors import EXIT_CANNOT_START, EXIT_FAIL, EXIT_OK, CannotStart
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # never break a message mid-command
@@ -31,10 +31,6 @@ Simulator builds are cached under $FIRSTLIGHT_CACHE (default ~/.cache/firstlight
 """
 
 
-class CannotStart(Exception):
-    """Bad arguments or a missing tool: exit with EXIT_CANNOT_START."""
-
-
 def _positive(text: str) -> int:
     try:
         v = int(text)
@@ -42,6 +38,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer seed, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer seed (numpy's rule), got {v}")
     return v
 
 
@@ -82,7 +88,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="simulator to run on (default: verilator)")
     p.add_argument("--array", type=_array, default=None, metavar="ROWSxCOLS",
                    help="systolic array size, e.g. 4x4 (default) or 8x8")
-    p.add_argument("--seed", type=int, default=1, help="seed for the random operands (default: 1)")
+    p.add_argument("--seed", type=_seed, default=1, help="seed for the random operands (default: 1)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the result as JSON")
     p.add_argument("--waves", action="store_true", help="record a waveform of the run and print its path (VCD on Verilator, FST on Icarus)")
     p.add_argument("--extremes", action="store_true", help="draw operands from the extreme values only")
@@ -126,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--array", type=_array, default=None, metavar="ROWSxCOLS")
     b.add_argument("--rev", default="A0", type=_revision, help="silicon revision (default A0, mitigations on)")
     _add_formats(b)
-    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--seed", type=_seed, default=1)
     b.add_argument("--json", type=Path, default=None, metavar="PATH")
     bu = sub.add_parser(
         "bringup", help="the first-light checklist: reset to roofline, stage by stage",
@@ -145,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="build with a manufacturing defect no revision has (see below)")
     bu.add_argument("--only", nargs="+", default=None, metavar="STAGE",
                     help="run these stages (and what they depend on); the others are skipped")
-    bu.add_argument("--seed", type=int, default=1)
+    bu.add_argument("--seed", type=_seed, default=1)
     bu.add_argument("--report", type=Path, default=None, metavar="DIR",
                     help="write report.json, junit.xml and report.md here")
     bu.add_argument("--array", type=_array, default=None, metavar="ROWSxCOLS")
@@ -168,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     nu.add_argument("--k", nargs="+", type=_positive, default=[64, 256, 1024], metavar="K")
     nu.add_argument("--m", type=_positive, default=32)
     nu.add_argument("--n", type=_positive, default=32)
-    nu.add_argument("--seed", type=int, default=1)
+    nu.add_argument("--seed", type=_seed, default=1)
     nu.add_argument("--report", type=Path, default=None, metavar="DIR", help="write numerics.json and numerics.png")
     nu.add_argument("--no-erratum", action="store_true", help="skip the FL-NU-001 comparison (two more builds)")
 
@@ -188,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     em = e_sub.add_parser("measure", help="run the regression matrix (revision x mitigation on/off), store the "
                           "cycle costs in workarounds/costs.json and regenerate docs/errata.md")
     em.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
-    em.add_argument("--seed", type=int, default=1)
+    em.add_argument("--seed", type=_seed, default=1)
     ed = e_sub.add_parser("docs", help="regenerate docs/errata.md from the registry and the stored costs")
     ed.add_argument("--check", action="store_true", help="only check that the committed page is current")
     return parser

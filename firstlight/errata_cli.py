@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from .cli import EXIT_CANNOT_START, EXIT_FAIL, EXIT_OK, CannotStart
+from firstlight.errors import EXIT_CANNOT_START, EXIT_FAIL, EXIT_OK, CannotStart
 
 DOCS_PATH = Path(__file__).resolve().parent.parent / "docs" / "errata.md"
 

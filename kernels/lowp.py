@@ -62,6 +62,10 @@ async def mx_gemm_codes(dev, a_codes, b_codes, a_scales, b_scales, fmt: str, *, 
     n = b_codes.shape[1]
     if k % BLOCK or b_codes.shape[0] != k:
         raise ValueError(f"K must match and be a multiple of {BLOCK} (pad with zeros), got {a_codes.shape} x {b_codes.shape}")
+    for name, arr, shape in (("a_scales", a_scales, (m, k // BLOCK)), ("b_scales", b_scales, (k // BLOCK, n))):
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or arr.shape != shape:
+            raise ValueError(f"{name} must be uint8 E8M0 codes of shape {shape} (one per {BLOCK} K elements), "
+                             f"got {getattr(arr, 'dtype', type(arr).__name__)} {getattr(arr, 'shape', '')}")
     plan = plan_for_device(dev, m, n, k, k_chunk=k_chunk, block=BLOCK)
     a_words, b_words = prepare_operands(a_codes.view(np.int8), b_codes.view(np.int8), cfg, plan)
     # scale words: per A panel and block, ROWS codes (byte i = row i); per B panel, COLS codes

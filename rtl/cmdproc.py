@@ -14,7 +14,7 @@ REDUCE issues when both units are idle; FENCE retires when both units are idle.
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -119,7 +119,13 @@ class CommandProcessor(wiring.Component):
         k = cmd.length
         fmt_code = cmd.flags[1:4]
         nblocks = (k + BLOCK - 1) >> 5
-        with m.If((cmd.arg3 != 0) & ~((op == Opcode.MATMUL) & (fmt_code != Format.INT8))):
+        known = (op == Opcode.MATMUL) | (op == Opcode.REDUCE) | (op == Opcode.NOP) | (op == Opcode.FENCE)
+        reserved = Mux(op == Opcode.MATMUL, (cmd.flags[4:8] != 0) | ((fmt_code == Format.INT8) & (cmd.arg3 != 0)),
+                       Mux(op == Opcode.REDUCE, (cmd.flags[2:8] != 0) | (cmd.arg3 != 0),
+                           (cmd.flags != 0) | (cmd.arg3 != 0)))
+        with m.If(~known):
+            m.d.comb += err.eq(ErrCode.BAD_OPCODE)
+        with m.Elif(reserved):
             m.d.comb += err.eq(ErrCode.RESERVED_NONZERO)
         with m.Elif(op == Opcode.MATMUL):
             with m.If((Const(cfg.formats_mask, 8) >> fmt_code)[0] == 0):  # not built into this chip
@@ -144,8 +150,6 @@ class CommandProcessor(wiring.Component):
                 m.d.comb += err.eq(ErrCode.SRC_RANGE)
             with m.Elif(cmd.arg2 >= cfg.acc_depth):
                 m.d.comb += err.eq(ErrCode.DST_RANGE)
-        with m.Elif((op != Opcode.NOP) & (op != Opcode.FENCE)):
-            m.d.comb += err.eq(ErrCode.BAD_OPCODE)
 
         # ---- issue ----------------------------------------------------------------------
         retire = Signal()

@@ -42,7 +42,7 @@ class ChipConfig:
         Entries in the command ring in memory (power of two, 4..65536).
     formats : tuple of str
         MATMUL operand formats the engine is built with (``int8`` always; ``e4m3``, ``e5m2``,
-        ``e2m1``). The FP path costs simulation speed: an int8-only chip simulates ~4x faster.
+        ``e2m1``). The FP path costs simulation speed: an int8-only chip simulates ~3.5x faster.
     """
 
     rows: int = 4
@@ -84,6 +84,12 @@ class ChipConfig:
         if not isinstance(fm, tuple) or "int8" not in fm or any(f not in FORMAT_NAMES for f in fm) or len(set(fm)) != len(fm):
             raise ValueError(f"formats must be distinct names from {FORMAT_NAMES} including 'int8', not {fm!r}")
         object.__setattr__(self, "formats", tuple(f for f in FORMAT_NAMES if f in fm))
+        if self.has_fp and self.operand_depth > 8192:
+            raise ValueError(f"operand_depth must be <= 8192 on a chip with FP formats (MATMUL addresses scale "
+                             f"words in 8 bits), not {self.operand_depth}; or build int8-only")
+        if self.has_fp and self.operand_depth < 64:
+            raise ValueError(f"operand_depth must be >= 64 on a chip with FP formats (one 32-step block plus the "
+                             f"words errata mitigations reserve), not {self.operand_depth}; or build int8-only")
         if self.acc_depth < self.rows:
             raise ValueError(f"acc_depth ({self.acc_depth}) must hold one C tile ({self.rows} words)")
 

@@ -82,7 +82,7 @@ class ErrCode(enum.IntEnum):
     BAD_REDUCE_OP = 6
     SRC_RANGE = 7  # REDUCE source + count beyond the accumulator SRAM
     DST_RANGE = 8
-    RESERVED_NONZERO = 9  # arg3 must be zero
+    RESERVED_NONZERO = 9  # a reserved field (arg3 outside FP MATMUL, unused flag bits) is not zero
     WINDOW_RANGE = 10  # MEM_ADDR names no SRAM word (front-door window)
     BAD_FORMAT = 11  # MATMUL format code this chip does not have
     SCALE_RANGE = 12  # FP MATMUL: SA/SB word + blocks beyond the scale SRAMs

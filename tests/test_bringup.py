@@ -157,6 +157,8 @@ def test_only_pulls_in_dependencies():
         (["bringup", "--only", "memory"], "unknown stage 'memory'"),
         (["bringup", "--rev", "Z1"], "unknown revision 'Z1'"),
         (["bringup", "--sram-depth", "100"], "power of two"),
+        (["bringup", "--sram-depth", "32"], "must be >= 64 on a chip with FP formats"),
+        (["bringup", "--seed", "-1"], "non-negative integer seed"),
     ],
 )
 def test_bringup_cannot_start(argv, needle, capsys):

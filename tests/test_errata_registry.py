@@ -72,13 +72,20 @@ def test_status_strings_and_warnings():
     assert any("not in the errata registry" in w for w in unknown.warnings)
 
 
-def test_fence_pass_between_matmul_and_reduce_also_across_submits():
+def test_fence_pass_before_reduce_while_a_matmul_may_drain():
     mm, red, nop = pack_command(Opcode.MATMUL, length=4), pack_command(Opcode.REDUCE, length=1), pack_command(Opcode.NOP)
     fence = pack_command(Opcode.FENCE)
-    out, n = PASSES["FL-CP-001"]([mm, red, nop, red], None)
+    cp = PASSES["FL-CP-001"]
+    out, n = cp([mm, red, nop, red], {})
     assert out == [mm, fence, red, nop, red] and n == 1
-    out, n = PASSES["FL-CP-001"]([red], mm)  # the MATMUL came in an earlier submit
-    assert out == [fence, red] and n == 1
+    out, n = cp([mm, nop, red], {})  # a NOP does not make the REDUCE safe
+    assert out == [mm, nop, fence, red] and n == 1
+    out, n = cp([mm, fence, red], {})  # an explicit FENCE already does
+    assert out == [mm, fence, red] and n == 0
+    state = {}
+    cp([mm], state)  # the MATMUL came in an earlier submit
+    out, n = cp([nop, red], state)
+    assert out == [nop, fence, red] and n == 1
 
 
 def test_planner_applies_errata_constraints():

@@ -60,3 +60,36 @@ def test_fp_matmul_two_blocks_then_accumulate(fmt):
                      for i in range(2)], np.uint32)
     got = np.asarray(out["acc"], np.int64).astype(np.uint32)
     assert (got == want).all(), f"{fmt} (seed {SEED}): chip {[hex(x) for x in got.ravel()]}, golden {[hex(x) for x in want.ravel()]}"
+
+
+def test_fp_command_checks():
+    """BAD_FORMAT (a format the chip lacks), SCALE_RANGE at its boundary, reserved flag bits."""
+    from rtl.csr_map import REG
+    from rtl.isa import ErrCode
+
+    cfg_e4m3 = ChipConfig(rows=2, cols=2, operand_depth=128, acc_depth=16, cmdq_depth=8, formats=("int8", "e4m3"))
+    e5 = int(Format.E5M2) << FORMAT_SHIFT
+    e4 = int(Format.E4M3) << FORMAT_SHIFT
+    depth = cfg_e4m3.scale_depth  # 4 scale words
+    cases = [
+        (pack_command(Opcode.MATMUL, flags=e5, length=32), ErrCode.BAD_FORMAT),
+        (pack_command(Opcode.MATMUL, flags=e4, length=64, arg3=depth - 2), ErrCode.NONE),  # last two words
+        (pack_command(Opcode.MATMUL, flags=e4, length=64, arg3=depth - 1), ErrCode.SCALE_RANGE),
+        (pack_command(Opcode.MATMUL, flags=e4, length=32, arg3=(depth - 1) << 8), ErrCode.NONE),
+        (pack_command(Opcode.MATMUL, flags=e4, length=33, arg3=(depth - 1) << 8), ErrCode.SCALE_RANGE),
+        (pack_command(Opcode.MATMUL, flags=0x80, length=4), ErrCode.RESERVED_NONZERO),
+        (pack_command(Opcode.REDUCE, flags=0x04, length=1), ErrCode.RESERVED_NONZERO),
+        (pack_command(Opcode.NOP, flags=0x01), ErrCode.RESERVED_NONZERO),
+        (pack_command(0x7E, flags=0x01), ErrCode.BAD_OPCODE),  # an unknown opcode is reported as such
+    ]
+
+    async def body(ctx, dut, out):
+        out["err"] = []
+        for i, (cmd, _) in enumerate(cases):
+            await submit(ctx, dut, [cmd], first_entry=i % 8)
+            await wait_idle(ctx, dut, f"case {i}", polls=400)
+            out["err"].append(await csr(ctx, dut, "ERR"))
+            await csr(ctx, dut, "CTRL", REG["CTRL"].field("clear_err").mask)
+
+    out = run_chip(cfg_e4m3, body)
+    assert out["err"] == [int(e) for _, e in cases], list(zip(out["err"], [e.name for _, e in cases]))

@@ -135,10 +135,18 @@ def test_config_rejects(kwargs, message):
         ChipConfig(**kwargs)
 
 
+def test_config_fp_depth_limits():
+    with pytest.raises(ValueError, match="operand_depth must be <= 8192 on a chip with FP formats"):
+        ChipConfig(operand_depth=16384)
+    with pytest.raises(ValueError, match="operand_depth must be >= 64 on a chip with FP formats"):
+        ChipConfig(operand_depth=32)
+    assert ChipConfig(operand_depth=16384, formats=("int8",)).scale_depth == 512
+
+
 def test_config_accepts_and_derives():
     c = ChipConfig()
     assert (c.rows, c.cols, c.lanes) == (4, 4, 4)
-    c = ChipConfig(rows=2, cols=8, operand_depth=16, acc_depth=16, cmdq_depth=4, cmd_fifo_depth=2)
+    c = ChipConfig(rows=2, cols=8, operand_depth=16, acc_depth=16, cmdq_depth=4, cmd_fifo_depth=2, formats=("int8",))
     assert c.lanes == 8
     assert (c.a_word_bits, c.b_word_bits, c.acc_word_bits) == (16, 64, 256)
     assert c.min_matmul_cycles == 8 and c.peak_macs_per_cycle == 16

@@ -158,6 +158,8 @@ def _regions(cfg: ChipConfig):
         ("B", MemRegion.B, cfg.operand_depth, *c(cfg.b_word_bits)),
         ("ACC", MemRegion.ACC, cfg.acc_depth, *c(cfg.acc_word_bits)),
         ("CMDQ", MemRegion.CMDQ, cfg.cmdq_depth, *c(COMMAND_BITS)),
+        ("SA", MemRegion.SA, cfg.scale_depth, *c(8 * cfg.rows)),
+        ("SB", MemRegion.SB, cfg.scale_depth, *c(8 * cfg.cols)),
     ]
 
 
@@ -274,7 +276,7 @@ async def stage_memories(ctx: Ctx):
         problems.append(f"ERR = {err} ({ErrCode(err).name}) after the memory tests")
     if problems:
         raise StageFailed("; ".join(problems), {"srams_failed": len(problems)})
-    return f"A, B, ACC, CMDQ: {cells} 32-bit cells pass data bus, address bus, address-in-address, March C-", {
+    return f"A, B, ACC, CMDQ, SA, SB: {cells} cells pass data bus, address bus, address-in-address, March C-", {
         "cells": cells}
 
 
@@ -488,6 +490,6 @@ async def _recover(dev) -> None:
     try:
         await dev.write_csr("CTRL", REG["CTRL"].field("soft_reset").mask | REG["CTRL"].field("clear_err").mask)
         dev._tail = 0
-        dev._last_cmd = None
+        dev.reset_stream_state()
     except Exception:
         pass
