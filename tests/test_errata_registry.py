@@ -96,6 +96,10 @@ def test_planner_applies_errata_constraints():
     assert p.gb * p.kc <= cfg.operand_depth - 1
     p = plan_gemm(cfg, 8, 4, 2000, a_panel_extra=1)
     assert p.ga * (p.kc + 1) <= cfg.operand_depth
+    for k in (64, 2048, 4096):  # FP path: chunks are whole 32-step blocks, scale words fit
+        p = plan_gemm(cfg, 64, 64, k, block=32, a_panel_extra=1, b_words=cfg.operand_depth - 1)
+        assert p.kc % 32 == 0 or p.kc == k, p
+        assert p.ga * -(-p.kc // 32) <= cfg.scale_depth and p.gb * -(-p.kc // 32) <= cfg.scale_depth
 
 
 def test_compare_reports_new_findings_and_missing_reproductions():
