@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from .toolchain import SimInfo, find_simulator
 
 __all__ = ["Variant", "Build", "cache_root", "generate_verilog", "build_simulator", "TB_TOPLEVEL"]
 
+_log = logging.getLogger("firstlight.build")
 TB_TOPLEVEL = "fl_tb"
 CHIP_MODULE = "fl_chip"
 _HDL_DIR = Path(__file__).resolve().parent / "hdl"
@@ -174,6 +176,11 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
         with FileLock(str(build_dir) + ".lock"):
             hit = marker.exists()
             if not hit:
+                cfg = variant.config
+                _log.info("compiling the %s model (%dx%d, revision %s, formats %s%s): first time for this "
+                          "variant, cached afterwards in %s", sim, cfg.rows, cfg.cols, variant.revision,
+                          "/".join(cfg.formats), f", faults {list(variant.faults)}" if variant.faults else "",
+                          build_dir)
                 sources: list = [verilog_path, _HDL_DIR / "fl_tb.v"]
                 if sim == "verilator":
                     sources.insert(0, _control_file(build_dir / "public.vlt"))

@@ -420,6 +420,16 @@ def cmd_numerics(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    from rich.logging import RichHandler
+
+    # Long steps (a first Verilator build takes up to minutes) announce themselves on stderr.
+    log = logging.getLogger("firstlight")
+    if not log.handlers:
+        log.addHandler(RichHandler(console=err_console, show_time=False, show_path=False))
+        log.setLevel(logging.INFO)
+        log.propagate = False
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
