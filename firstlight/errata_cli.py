@@ -142,6 +142,25 @@ def _measure(args, console, err_console) -> int:
                       "exact" if e.get("passed_on") else "[red]WRONG[/]", str(e.get("off")),
                       "exact" if e.get("passed_off") else "wrong", "[green]yes[/]" if ok else "[red]NO[/]")
     console.print(t)
+    # cost at scale: each erratum's realistic workload, on the revisions it affects
+    from cosim.build import Variant
+    from cosim.jobs import JobFailed, run_job
+    from workarounds import ERRATA
+    from workarounds.registry import ASSESSED_REVISIONS
+
+    for rev in ASSESSED_REVISIONS:
+        ids = [e.id for e in ERRATA if rev in e.affected and e.scale]
+        if not ids:
+            continue
+        try:
+            recs = run_job("firstlight.sim_jobs:errata_scale_job", {"ids": ids, "seed": args.seed},
+                           variant=Variant(revision=rev), sim=args.sim).records
+        except JobFailed as exc:
+            problems.append(f"{rev}: scale job failed: {exc}")
+            recs = exc.records
+        for r in recs:
+            if r.get("type") == "scale":
+                costs.setdefault(r["id"], {}).setdefault(rev, {}).setdefault("scale", {})[r["policy"]] = r["cycles"]
     COSTS_PATH.write_text(json.dumps(costs, indent=2, sort_keys=True) + "\n")
     DOCS_PATH.write_text(render(costs))
     console.print(f"wrote {COSTS_PATH} and {DOCS_PATH}")

@@ -203,3 +203,22 @@ async def numerics_job(dev, emit, recipes: list[str], dists: list[str], ks: list
                       "notes": out["stats"].get("notes", []), "revision": dev.revision})
                 rows += 1
     return {"rows": rows}
+
+
+async def errata_scale_job(dev, emit, ids: list[str], seed: int = 1) -> dict:
+    """Each erratum's at-scale workload with its mitigation on and off: the cycle cost that matters."""
+    import workarounds
+    from workarounds.registry import BY_ID
+
+    for err_id in ids:
+        e = BY_ID[err_id]
+        for policy in ("on", "off"):
+            workarounds.set_policy(dev, {e.id: policy})
+            try:
+                r = await run_cell(dev, e.scale, seed)
+            except Exception as exc:
+                r = {"passed": False, "mismatch": f"{type(exc).__name__}: {exc}", "cycles": None}
+            emit({"type": "scale", "id": e.id, "revision": dev.revision, "policy": policy, "cycles": r["cycles"],
+                  "passed": r["passed"], "sqnr_db": r.get("sqnr_db")})
+        workarounds.set_policy(dev, None)
+    return {"ids": ids}

@@ -32,6 +32,25 @@ def cost_summary(costs: dict, err_id: str) -> str:
     return "; ".join(parts) if parts else "not measured"
 
 
+def scale_summary(costs: dict, err_id: str) -> str:
+    """The at-scale workload's cost, mitigation on vs off, on each affected revision measured."""
+    from .registry import BY_ID
+
+    parts = []
+    for rev, cell in sorted(costs.get(err_id, {}).items()):
+        sc = cell.get("scale") or {}
+        on, off = sc.get("on"), sc.get("off")
+        if on is None or off is None:
+            continue
+        pct = 100.0 * (on - off) / off if off else 0.0
+        parts.append(f"{on - off:+,d} cycles ({pct:+.1f}%) on {rev}")
+    if not parts:
+        return "not measured"
+    w = BY_ID[err_id].scale
+    shape = "x".join(str(w[k]) for k in ("m", "n", "k", "rows", "cols") if k in w)
+    return f"{'; '.join(parts)} ({w['kernel']} {shape})"
+
+
 def render(costs: dict | None = None) -> str:
     costs = load_costs() if costs is None else costs
     revs = ASSESSED_REVISIONS
@@ -43,10 +62,11 @@ def render(costs: dict | None = None) -> str:
         "",
         "Status per revision, in the style of Linux's `silicon-errata.rst` and sysfs vulnerability",
         "strings, with every mitigation on (`auto` policy). Costs are simulated cycles of the erratum's",
-        "kernel cell with the mitigation on minus off, measured on the real RTL.",
+        "kernel cell with the mitigation on minus off, measured on the real RTL; the cost at scale is the same",
+        "difference on a realistic workload (the off run's result is wrong on an affected chip; its cycles count).",
         "",
-        "| ID | unit | category | " + " | ".join(revs) + " | fixed in | measured cost |",
-        "|---|---|---|" + "---|" * len(revs) + "---|---|",
+        "| ID | unit | category | " + " | ".join(revs) + " | fixed in | measured cost (cell) | cost at scale |",
+        "|---|---|---|" + "---|" * len(revs) + "---|---|---|",
     ]
     for e in ERRATA:
         cells = []
@@ -54,7 +74,7 @@ def render(costs: dict | None = None) -> str:
             s = status_for(e, r, r in e.affected)
             cells.append("Mitigated" if s.startswith("Mitigated") else s)
         out.append(f"| {e.id} | {UNITS[e.unit]} | {e.category} | " + " | ".join(cells)
-                   + f" | {e.fixed_in or '-'} | {cost_summary(costs, e.id)} |")
+                   + f" | {e.fixed_in or '-'} | {cost_summary(costs, e.id)} | {scale_summary(costs, e.id)} |")
     out += ["", "Categories: " + "; ".join(f"{k}: {v}" for k, v in CATEGORIES.items()) + ".", ""]
     for e in ERRATA:
         out += [
@@ -68,7 +88,8 @@ def render(costs: dict | None = None) -> str:
             f"- **Implication:** {e.implication}",
             f"- **Reproducer:** `workarounds.reproducers.{e.reproducer}`",
             f"- **Mitigation ({e.mitigation_kind}):** {e.mitigation}",
-            f"- **Measured cost:** {cost_summary(costs, e.id)}",
+            f"- **Measured cost:** {cost_summary(costs, e.id)} on the kernel cell; at scale: "
+            f"{scale_summary(costs, e.id)}",
             "",
         ]
         meas = costs.get(e.id, {})

@@ -33,6 +33,7 @@ class Erratum:
     mitigation: str  # "Mitigated: <how>" text; empty for category A
     mitigation_kind: str  # "stream" (a pass over every command stream) or "kernel" (algorithm change)
     cell: dict | list = field(default_factory=dict, compare=False)  # kernel run(s) meeting the conditions
+    scale: dict = field(default_factory=dict, compare=False)  # a realistic workload for the cost at scale
 
 
 ERRATA: tuple[Erratum, ...] = (
@@ -53,6 +54,7 @@ ERRATA: tuple[Erratum, ...] = (
         mitigation="K chunks are chosen so that no accumulating chunk has a single step",
         mitigation_kind="kernel",
         cell={"kernel": "gemm", "m": 4, "n": 4, "k": 33, "k_chunk": 16},
+        scale={"kernel": "gemm", "m": 64, "n": 64, "k": 1025},
     ),
     Erratum(
         id="FL-ME-002",
@@ -71,6 +73,7 @@ ERRATA: tuple[Erratum, ...] = (
         "right value; a FENCE separates MATMULs on different panels",
         mitigation_kind="kernel",
         cell={"kernel": "gemm", "m": 8, "n": 8, "k": 16},
+        scale={"kernel": "gemm", "m": 128, "n": 128, "k": 128},
     ),
     Erratum(
         id="FL-RU-001",
@@ -87,6 +90,7 @@ ERRATA: tuple[Erratum, ...] = (
         mitigation="MAX is computed as ~MIN(~x) (bitwise complement is an exact, order-reversing int32 map)",
         mitigation_kind="kernel",
         cell={"kernel": "reduce", "rows": 3, "cols": 10, "op": "max", "negative": True},
+        scale={"kernel": "reduce", "rows": 64, "cols": 1024, "op": "max", "negative": True},
     ),
     Erratum(
         id="FL-RU-002",
@@ -104,6 +108,7 @@ ERRATA: tuple[Erratum, ...] = (
         mitigation="SUM segments are padded with a zero word to an even count",
         mitigation_kind="kernel",
         cell={"kernel": "reduce", "rows": 3, "cols": 12, "op": "sum"},
+        scale={"kernel": "reduce", "rows": 64, "cols": 1028, "op": "sum"},
     ),
     Erratum(
         id="FL-SR-001",
@@ -121,6 +126,7 @@ ERRATA: tuple[Erratum, ...] = (
         mitigation="kernels plan with OPERAND_DEPTH-1 words of B",
         mitigation_kind="kernel",
         cell={"kernel": "gemm", "m": 4, "n": 8, "k": 1024},
+        scale={"kernel": "gemm", "m": 128, "n": 128, "k": 128},
     ),
     Erratum(
         id="FL-CP-001",
@@ -138,6 +144,7 @@ ERRATA: tuple[Erratum, ...] = (
         mitigation="a FENCE is inserted before every REDUCE that follows a MATMUL in a command stream",
         mitigation_kind="stream",
         cell={"kernel": "gemm_sum", "m": 4, "n": 4, "k": 20},
+        scale={"kernel": "gemm_sum", "m": 64, "n": 64, "k": 64},
     ),
 )
 
@@ -159,6 +166,7 @@ ERRATA = ERRATA + (
         "normal, and any code still subnormal is flushed to zero in software so the chip and the golden agree",
         mitigation_kind="kernel",
         cell={"kernel": "lowp", "recipe": "fp8-e4m3-cast", "dist": "small", "m": 8, "n": 8, "k": 64},
+        scale={"kernel": "lowp", "recipe": "fp8-e4m3-cast", "dist": "small", "m": 32, "n": 32, "k": 1024},
     ),
 )
 
