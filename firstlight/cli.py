@@ -31,24 +31,23 @@ Simulator builds are cached under $FIRSTLIGHT_CACHE (default ~/.cache/firstlight
 """
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+def _int_at_least(lowest: int, what: str):
+    """An argparse type: an integer >= ``lowest``, with a message naming what was expected."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if v < lowest:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {v}")
+        return v
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer seed, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer seed (numpy's rule), got {v}")
-    return v
+_positive = _int_at_least(1, "a positive integer")
+_seed = _int_at_least(0, "a non-negative integer seed (numpy's rule)")
 
 
 def _array(text: str):
