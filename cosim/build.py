@@ -3,9 +3,12 @@
 Two cache levels under one folder (``$FIRSTLIGHT_CACHE`` or ``~/.cache/firstlight``):
 
 * ``verilog/<key>/fl_chip.v`` -- key: the variant (config, revision, injected faults), the
-  text of every ``rtl/*.py`` file and the Amaranth version. A hit skips elaboration.
-* ``sim/<sim>-<key>/`` -- key: the Verilog text, the testbench wrapper, the simulator and its
-  version, cocotb's version, the clock mode and the build flags. A hit skips compilation.
+  text of every file under ``rtl/`` (the RTL and the spec it is elaborated from: ``rtl`` imports
+  nothing outside itself, a test holds it to that) and the Amaranth version. A hit skips
+  elaboration.
+* ``sim/<sim>-<key>/`` -- key: the Verilog text, the testbench wrapper, the Verilator control
+  file, the simulator and its version, cocotb's version, the clock mode and the build flags. A
+  hit skips compilation.
 
 A file lock per key makes concurrent builders (``pytest -n 2``) build each variant once; a
 ``.complete`` marker written last means an interrupted build is never reused.
@@ -27,7 +30,8 @@ from rtl.config import ChipConfig
 
 from .toolchain import SimInfo, find_simulator
 
-__all__ = ["Variant", "Build", "cache_root", "generate_verilog", "build_simulator", "TB_TOPLEVEL"]
+__all__ = ["Variant", "Build", "cache_root", "generate_verilog", "build_simulator", "verilog_key", "rtl_source_digest",
+           "TB_TOPLEVEL"]
 
 _log = logging.getLogger("firstlight.build")
 TB_TOPLEVEL = "fl_tb"
@@ -87,12 +91,21 @@ def _sha(*parts: bytes | str) -> str:
     return h.hexdigest()[:20]
 
 
-def _rtl_source_digest() -> str:
+def rtl_source_digest(rtl_dir: Path | None = None) -> str:
+    """Hash of every source file the chip is elaborated from (all of ``rtl/``, recursively)."""
+    root = rtl_dir or _RTL_DIR
     parts = []
-    for path in sorted(_RTL_DIR.rglob("*.py")):
-        parts.append(str(path.relative_to(_RTL_DIR)))
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        parts.append(str(path.relative_to(root)))
         parts.append(path.read_bytes())
     return _sha(*parts)
+
+
+def verilog_key(variant: Variant, rtl_dir: Path | None = None) -> str:
+    """The Verilog cache key of a variant: what it is, what it is elaborated from, and by what."""
+    import amaranth
+
+    return _sha(json.dumps(variant.describe(), sort_keys=True), rtl_source_digest(rtl_dir), amaranth.__version__)
 
 
 def elaborate(variant: Variant):
@@ -104,9 +117,7 @@ def elaborate(variant: Variant):
 
 def generate_verilog(variant: Variant) -> tuple[Path, bool, float]:
     """Return (path to fl_chip.v, cache hit?, seconds spent elaborating)."""
-    import amaranth
-
-    key = _sha(json.dumps(variant.describe(), sort_keys=True), _rtl_source_digest(), amaranth.__version__)
+    key = verilog_key(variant)
     out_dir = cache_root() / "verilog" / key
     out = out_dir / f"{CHIP_MODULE}.v"
     if out.exists():
@@ -125,16 +136,16 @@ def generate_verilog(variant: Variant) -> tuple[Path, bool, float]:
         return out, False, time.perf_counter() - t0
 
 
-def _control_file(path: Path) -> Path:
-    """Expose to VPI only what the testbench touches (instead of --public-flat-rw)."""
-    from rtl.chip import Chip
+def control_file_text() -> str:
+    """Verilator control file: expose to VPI only what the testbench touches (instead of
+    --public-flat-rw): the wrapper's signals and every SRAM the backdoor opens."""
+    from rtl.memories import MEMORIES
 
     lines = ["`verilator_config"]
-    for mem in Chip.sram_names.values():
-        lines.append(f'public_flat_rw -module "{CHIP_MODULE}" -var "{mem}"')
+    for mem in MEMORIES:
+        lines.append(f'public_flat_rw -module "{CHIP_MODULE}" -var "{mem.backdoor}"')
     lines.append(f'public_flat_rw -module "{TB_TOPLEVEL}" -var "*"')
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return "\n".join(lines) + "\n"
 
 
 def _runner(sim: SimInfo):
@@ -165,7 +176,8 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
     verilog_path, v_hit, elab_s = generate_verilog(variant)
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
-    key = _sha(verilog_path.read_bytes(), tb, sim, info.version, cocotb.__version__, clock, json.dumps(args),
+    control = control_file_text() if sim == "verilator" else ""
+    key = _sha(verilog_path.read_bytes(), tb, control, sim, info.version, cocotb.__version__, clock, json.dumps(args),
                str(waves), json.dumps(info.env, sort_keys=True))
     build_dir = cache_root() / "sim" / f"{sim}-{key}"
     marker = build_dir / ".complete"
@@ -183,7 +195,9 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
                           build_dir)
                 sources: list = [verilog_path, _HDL_DIR / "fl_tb.v"]
                 if sim == "verilator":
-                    sources.insert(0, _control_file(build_dir / "public.vlt"))
+                    vlt = build_dir / "public.vlt"
+                    vlt.write_text(control)
+                    sources.insert(0, vlt)
                 runner = _runner(info)
                 runner.build(
                     sources=sources,

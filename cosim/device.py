@@ -11,20 +11,27 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Protocol, Sequence
 
 from rtl.config import ChipConfig
-from rtl.csr_map import ID_MAGIC, PERF_COUNTERS, REG, MemRegion
-from rtl.isa import COMMAND_BITS, ErrCode, Opcode, pack_command, unpack_command
+from rtl.csr_map import ID_MAGIC, PERF_COUNTERS, REG, register
+from rtl.isa import ErrCode, Opcode, unpack_command
+from rtl.memories import MEMORIES, Region, memory
+from rtl.revisions import BY_CODE
 
 from .testbench import Testbench
 
-__all__ = ["Device", "DeviceTimeout", "DeviceError", "PerfSnapshot", "REVISION_NAMES"]
+__all__ = ["Device", "KernelDevice", "SubmitFilter", "DeviceTimeout", "DeviceError", "PerfSnapshot",
+           "REVISION_NAMES", "revision_name"]
 
-from rtl.revisions import REVISIONS
+REVISION_NAMES = {code: r.name for code, r in BY_CODE.items()}
 
-REVISION_NAMES = {r.code: r.name for r in REVISIONS.values()}
+
+def revision_name(code: int) -> str:
+    """"A0"... for a known REV code, else ``"unknown(0x..)"``."""
+    return REVISION_NAMES.get(code, f"unknown(0x{code:02x})")
 
 
 class DeviceError(RuntimeError):
@@ -49,30 +56,36 @@ class PerfSnapshot:
 
 @dataclass
 class HostTiming:
-    """Wall time split: inside awaits that let the simulator run vs everything else (Python)."""
+    """Wall time spent inside awaits that let the simulator run (the rest is Python)."""
 
     sim_s: float = 0.0
-    start: float = field(default_factory=time.perf_counter)
-
-    def total(self) -> float:
-        return time.perf_counter() - self.start
 
 
-def caps_to_config(caps0: int, caps1: int) -> ChipConfig:
-    f0 = {f.name: f.get(caps0) for f in REG["CAPS0"].fields}
-    f1 = {f.name: f.get(caps1) for f in REG["CAPS1"].fields}
-    from rtl.config import FORMAT_NAMES
+class SubmitFilter(Protocol):
+    """What software installs on :meth:`Device.set_submit_filter` (e.g. errata stream passes)."""
 
-    return ChipConfig(
-        formats=tuple(n for b, n in enumerate(FORMAT_NAMES) if f0["formats"] >> b & 1),
-        rows=f0["rows"],
-        cols=f0["cols"],
-        lanes=f0["lanes"],
-        operand_depth=1 << f1["log2_operand_depth"],
-        acc_depth=1 << f1["log2_acc_depth"],
-        cmd_fifo_depth=f1["cmd_fifo_depth"],
-        cmdq_depth=1 << f1["log2_cmdq_depth"],
-    )
+    def __call__(self, commands: list[int]) -> list[int]: ...
+
+    def chip_idle(self) -> None:
+        """The chip was seen idle (or was reset): nothing queued can still be in flight."""
+
+
+class KernelDevice(Protocol):
+    """The device surface kernels use (``Device`` implements it; a kernel needs nothing else)."""
+
+    config: ChipConfig
+    timing: HostTiming
+
+    @property
+    def revision(self) -> str: ...
+
+    async def read_csr(self, reg: str | int) -> int: ...
+    async def read_perf(self) -> "PerfSnapshot": ...
+    def load_words(self, region: int, start: int, words: Iterable[int]) -> int: ...
+    def read_words(self, region: int, start: int, count: int) -> list[int]: ...
+    async def submit(self, commands: Sequence[int], budget_cycles: int | None = None) -> None: ...
+    async def wait_idle(self, budget_cycles: int | None = None) -> None: ...
+    async def check_no_error(self) -> None: ...
 
 
 class _Backdoor:
@@ -131,6 +144,9 @@ class Device:
         Discovered from the CAPS registers.
     revision : str
         From the REV register ("A0", ...), or ``"unknown(0x..)"``.
+
+    Errata knowledge is not the device's business: software installs a submit filter
+    (:meth:`set_submit_filter`) and hands kernels its constraints itself (``workarounds``).
     """
 
     HISTORY = 16  # commands kept for the watchdog's diagnosis
@@ -141,16 +157,12 @@ class Device:
         self._tail = 0
         self.history: deque[tuple[int, dict]] = deque(maxlen=self.HISTORY)
         self.config: ChipConfig | None = None
-        self.rev_code = 0
-        self._mems = {}
-        # Command-stream passes (name, fn(cmds, state) -> (cmds, inserted)) installed by software
-        # that knows the chip's errata; cosim itself does not know any. Each pass has a state
-        # dict that lives until the chip is next seen idle.
-        self.stream_passes: list = []
-        self.pass_counts: dict[str, int] = {}
-        self._pass_state: dict[str, dict] = {}
-        self.errata_policy: dict[str, str] = {}  # set by whoever opens the device
-        self.errata = None  # cache slot for the software's errata resolution
+        self._rev_code = 0
+        self._mems: dict[int, _Backdoor] = {}
+        # One filter every submitted stream goes through, installed by software that knows the
+        # chip's errata (workarounds.attach); cosim itself knows none.
+        self._filter: SubmitFilter | None = None
+        self._filter_suspended = 0
         self.watchdog_cycles = 1_000_000  # default budget of every wait for idle
 
     @classmethod
@@ -174,26 +186,29 @@ class Device:
         ident = await dev.read_csr("ID")
         if ident != ID_MAGIC:
             raise DeviceError(f"ID register reads 0x{ident:08x}, expected 0x{ID_MAGIC:08x}: not a firstlight chip or the bus is broken")
-        dev.rev_code = await dev.read_csr("REV")
-        dev.config = caps_to_config(await dev.read_csr("CAPS0"), await dev.read_csr("CAPS1"))
+        await dev.read_revision()
+        dev.config = ChipConfig.from_caps(await dev.read_csr("CAPS0"), await dev.read_csr("CAPS1"))
         dev._attach_memories()
         dev._tail = await dev.read_csr("CMDQ_TAIL")
         return dev
 
     def _attach_memories(self) -> None:
         chip, cfg = self.tb.chip, self.config
-        self._mems = {
-            MemRegion.A: _Backdoor(chip.a_sram, cfg.a_word_bits, cfg.operand_depth),
-            MemRegion.B: _Backdoor(chip.b_sram, cfg.b_word_bits, cfg.operand_depth),
-            MemRegion.ACC: _Backdoor(chip.acc_sram, cfg.acc_word_bits, cfg.acc_depth),
-            MemRegion.CMDQ: _Backdoor(chip.cmdq_sram, COMMAND_BITS, cfg.cmdq_depth),
-            MemRegion.SA: _Backdoor(chip.sa_sram, 8 * cfg.rows, cfg.scale_depth),
-            MemRegion.SB: _Backdoor(chip.sb_sram, 8 * cfg.cols, cfg.scale_depth),
-        }
+        self._mems = {m.region: _Backdoor(getattr(chip, m.backdoor), m.width(cfg), m.depth(cfg)) for m in MEMORIES}
 
     @property
     def revision(self) -> str:
-        return REVISION_NAMES.get(self.rev_code, f"unknown(0x{self.rev_code:02x})")
+        """From the REV register ("A0", ...), or ``"unknown(0x..)"``."""
+        return revision_name(self._rev_code)
+
+    @property
+    def revision_code(self) -> int:
+        return self._rev_code
+
+    async def read_revision(self) -> int:
+        """Read REV (again) and make it the device's revision; returns the raw code."""
+        self._rev_code = await self.read_csr("REV")
+        return self._rev_code
 
     async def _timed(self, awaitable):
         t0 = time.perf_counter()
@@ -205,12 +220,7 @@ class Device:
     # ---- registers ---------------------------------------------------------------------------
     @staticmethod
     def _addr(reg: str | int) -> int:
-        if isinstance(reg, int):
-            return reg
-        try:
-            return REG[reg].addr
-        except KeyError:
-            raise KeyError(f"no CSR named {reg!r}; known: {', '.join(REG)}") from None
+        return reg if isinstance(reg, int) else register(reg).addr
 
     async def read_csr(self, reg: str | int) -> int:
         return await self._timed(self.tb.transfer(self._addr(reg)))
@@ -229,14 +239,18 @@ class Device:
 
     # ---- memories: backdoor through simulator handles ------------------------------------
     def mem_depth(self, region: int) -> int:
-        c = self.config
-        return {MemRegion.A: c.operand_depth, MemRegion.B: c.operand_depth, MemRegion.ACC: c.acc_depth,
-                MemRegion.CMDQ: c.cmdq_depth, MemRegion.SA: c.scale_depth, MemRegion.SB: c.scale_depth}[region]
+        """Words in the SRAM of window ``region`` (rtl/memories.py)."""
+        return memory(int(region)).depth(self.config)
+
+    def mem_width(self, region: int) -> int:
+        """Bits in one word of the SRAM of window ``region``."""
+        return memory(int(region)).width(self.config)
 
     def _check_range(self, region: int, start: int, count: int) -> None:
         depth = self.mem_depth(region)
         if start < 0 or count < 0 or start + count > depth:
-            raise IndexError(f"words [{start}, {start + count}) are outside SRAM region {region} of depth {depth}")
+            name = memory(int(region)).name
+            raise IndexError(f"words [{start}, {start + count}) are outside SRAM {name} (depth {depth})")
 
     def load_words(self, region: int, start: int, words: Iterable[int]) -> int:
         """Backdoor-write whole SRAM words starting at ``start``; returns the count written.
@@ -254,13 +268,17 @@ class Device:
         return self._mems[region].read(start, count)
 
     # ---- memories: front door through the MEM_ADDR/MEM_DATA window ------------------------
+    async def window_seek(self, region: int, chunk: int) -> None:
+        """Point the window at 32-bit ``chunk`` of the SRAM of ``region``."""
+        await self.write_csr("MEM_ADDR", REG["MEM_ADDR"].pack(region=int(region), chunk=chunk))
+
     async def window_write(self, region: int, chunk: int, values: Sequence[int]) -> None:
-        await self.write_csr("MEM_ADDR", (region << 28) | chunk)
+        await self.window_seek(region, chunk)
         for v in values:
             await self.write_csr("MEM_DATA", v)
 
     async def window_read(self, region: int, chunk: int, count: int) -> list[int]:
-        await self.write_csr("MEM_ADDR", (region << 28) | chunk)
+        await self.window_seek(region, chunk)
         return [await self.read_csr("MEM_DATA") for _ in range(count)]
 
     # ---- command stream ---------------------------------------------------------------------
@@ -272,9 +290,8 @@ class Device:
         is queued: call :meth:`wait_idle` to wait for completion.
         """
         commands = list(commands)
-        for name, fn in self.stream_passes:
-            commands, inserted = fn(commands, self._pass_state.setdefault(name, {}))
-            self.pass_counts[name] = self.pass_counts.get(name, 0) + inserted
+        if self._filter is not None and not self._filter_suspended:
+            commands = self._filter(commands)
         depth = self.config.cmdq_depth
         piece = depth - 1
         for start in range(0, len(commands), piece):
@@ -283,9 +300,9 @@ class Device:
                 await self.wait_idle(budget_cycles)
             first = self._tail
             n1 = min(len(chunk), depth - first)
-            self.load_words(MemRegion.CMDQ, first, chunk[:n1])
+            self.load_words(Region.CMDQ, first, chunk[:n1])
             if n1 < len(chunk):
-                self.load_words(MemRegion.CMDQ, 0, chunk[n1:])
+                self.load_words(Region.CMDQ, 0, chunk[n1:])
             for c in chunk[-self.HISTORY :]:
                 self.history.append((c, unpack_command(c)))
             self._tail = (first + len(chunk)) % depth
@@ -295,9 +312,30 @@ class Device:
         await self.submit(commands, budget_cycles)
         await self.wait_idle(budget_cycles)
 
-    def reset_stream_state(self) -> None:
-        """The chip is idle (or was reset): nothing queued can still be in flight."""
-        self._pass_state = {}
+    # ---- the submit hook ------------------------------------------------------------------------
+    def set_submit_filter(self, flt: SubmitFilter | None) -> None:
+        """Every stream :meth:`submit` queues goes through ``flt`` first (None: none)."""
+        self._filter = flt
+
+    @contextmanager
+    def submit_filter_suspended(self) -> Iterator[None]:
+        """Submit raw streams inside this block (reproducers show the bug, not its mitigation)."""
+        self._filter_suspended += 1
+        try:
+            yield
+        finally:
+            self._filter_suspended -= 1
+
+    def _chip_idle(self) -> None:
+        if self._filter is not None:
+            self._filter.chip_idle()
+
+    async def soft_reset(self) -> None:
+        """CTRL.soft_reset (command path, engine, reduction unit) and clear ERR; memories keep
+        their contents. The ring restarts at entry 0."""
+        await self.write_csr("CTRL", REG["CTRL"].pack(soft_reset=1, clear_err=1))
+        self._tail = 0
+        self._chip_idle()
 
     def default_budget(self) -> int:
         return self.watchdog_cycles
@@ -307,7 +345,7 @@ class Device:
         budget = self.default_budget() if budget_cycles is None else budget_cycles
         ok = await self._timed(self.tb.wait_signal_high(self.tb.dut.idle, budget))
         if ok:
-            self.reset_stream_state()
+            self._chip_idle()
         else:
             dump = await self.dump_state()
             raise DeviceTimeout(
@@ -361,6 +399,3 @@ class Device:
                 name = "unknown"
             raise DeviceError(f"chip reports ERR={err} ({name})\n" + self.format_dump(dump))
 
-
-def command_words(cmd: int) -> list[int]:
-    return [(cmd >> (32 * i)) & 0xFFFFFFFF for i in range(COMMAND_BITS // 32)]

@@ -1,7 +1,7 @@
 """cocotb test module that runs one firstlight job inside the simulator.
 
 The host side (:mod:`cosim.jobs`) writes a job file naming an async function
-``module:function`` and its keyword arguments; this test opens the device, calls
+``module:function`` (derived from the function the caller passed) and its keyword arguments; this test opens the device, calls
 ``await function(dev, emit, **kwargs)`` and appends every record the job emits to a JSON-lines
 file as it goes, so whatever was reported survives a later crash or watchdog expiry.
 """
@@ -56,7 +56,6 @@ async def firstlight_job(dut):
             emit({"type": "device", "revision": dev.revision, "config": dev.config.as_dict()})
         else:  # bring-up: identity registers are under test, use the config the chip was built with
             dev = await Device.open(tb, discover=False, config=ChipConfig(**spec["config"]))
-        dev.errata_policy = spec.get("errata_policy", {})
         result = await fn(dev, emit, **spec.get("kwargs", {}))
         emit({"type": "result", "value": result})
     except Exception as e:

@@ -1,25 +1,30 @@
 """Host side of a simulator run: build (cached), launch the simulator, collect the records.
 
-A *job* is an async function ``fn(dev, emit, **kwargs)`` importable as ``"module:function"``;
-it runs inside the simulator against the opened :class:`cosim.device.Device`. Its records come
-back as a list of dicts in the order emitted, including any written before a crash.
+A *job* is an async function ``fn(dev, emit, **kwargs)`` defined at the top level of a module;
+the host passes the function itself and :func:`job_target` derives its import path, so a rename
+breaks at the call site, not inside the simulator. The job runs inside the simulator against the
+opened :class:`cosim.device.Device`. Its records come back as a list of dicts in the order
+emitted, including any written before a crash; ``on_record`` sees each one as it arrives.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .build import TB_TOPLEVEL, Build, Variant, build_simulator, _runner
 from .toolchain import find_simulator
 
-__all__ = ["JobResult", "JobFailed", "run_job", "run_cocotb_module"]
+__all__ = ["JobResult", "JobFailed", "run_job", "job_target", "run_cocotb_module"]
 
 
 class JobFailed(RuntimeError):
@@ -87,8 +92,34 @@ def _tail(path: Path, n: int = 40) -> str:
         return "(no log)"
 
 
+def job_target(fn: Callable) -> str:
+    """``"module:function"`` for a job function, checked to resolve back to the same function."""
+    if not callable(fn):
+        raise TypeError(f"a job must be an async function, not {fn!r}")
+    module, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or "." in qual or "<" in qual:
+        raise TypeError(f"job {qual or fn!r} must be a function defined at the top level of a module "
+                        "(the simulator process imports it by name)")
+    if getattr(importlib.import_module(module), qual, None) is not fn:
+        raise TypeError(f"job {module}:{qual} does not resolve back to the function given")
+    return f"{module}:{qual}"
+
+
+def _read_records(path: Path, seen: int) -> tuple[list[dict], int]:
+    """Complete lines appended since ``seen`` bytes (a line still being written waits)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(seen)
+            data = f.read()
+    except FileNotFoundError:
+        return [], seen
+    end = data.rfind(b"\n") + 1
+    recs = [json.loads(line) for line in data[:end].decode().splitlines() if line.strip()]
+    return recs, seen + end
+
+
 def run_job(
-    target: str,
+    fn: Callable,
     kwargs: dict | None = None,
     *,
     variant: Variant | None = None,
@@ -96,11 +127,17 @@ def run_job(
     clock: str = "hdl",
     waves: bool = False,
     work_dir: Path | None = None,
-    errata_policy: dict[str, str] | None = None,
     discover: bool = True,
     build: Build | None = None,
+    on_record: Callable[[dict], None] | None = None,
+    poll_s: float = 0.25,
 ) -> JobResult:
-    """Run one job on a fresh simulator process; raise :class:`JobFailed` if it did not finish."""
+    """Run one job on a fresh simulator process; raise :class:`JobFailed` if it did not finish.
+
+    ``on_record(record)`` is called in this thread for every record as the job emits it (the
+    simulator runs in a worker thread meanwhile), so a caller can show progress live.
+    """
+    target = job_target(fn)
     variant = variant or Variant()
     build = build or build_simulator(variant, sim=sim, clock=clock, waves=waves)
     work = (Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="firstlight-"))).resolve()
@@ -109,12 +146,36 @@ def run_job(
     records_path.unlink(missing_ok=True)
     job_file = work / "job.json"
     job_file.write_text(json.dumps({"target": target, "kwargs": kwargs or {}, "records": str(records_path),
-                                    "clock": clock, "errata_policy": errata_policy or {}, "discover": discover,
-                                    "config": variant.config.as_dict()}))
-    log, _results, run_s, error = _launch(build, "cosim.job_entry", work, {"FIRSTLIGHT_JOB": str(job_file)}, waves)
-    records = []
-    if records_path.exists():
-        records = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
+                                    "clock": clock, "discover": discover, "config": variant.config.as_dict()}))
+    env = {"FIRSTLIGHT_JOB": str(job_file)}
+    if on_record is None:
+        log, _results, run_s, error = _launch(build, "cosim.job_entry", work, env, waves)
+        records, _ = _read_records(records_path, 0)
+    else:
+        out: dict = {}
+
+        def launch():
+            try:
+                out["launch"] = _launch(build, "cosim.job_entry", work, env, waves)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                out["raised"] = e
+
+        th = threading.Thread(target=launch, name="firstlight-sim", daemon=True)
+        th.start()
+        records, seen = [], 0
+        while True:
+            alive = th.is_alive()
+            new, seen = _read_records(records_path, seen)
+            for r in new:
+                on_record(r)
+            records += new
+            if not alive:
+                break
+            time.sleep(poll_s)
+        th.join()
+        if "raised" in out:
+            raise out["raised"]
+        log, _results, run_s, error = out["launch"]
     wave_file = None
     if waves:
         for cand in (work / "dump.vcd", work / f"{TB_TOPLEVEL}.fst"):

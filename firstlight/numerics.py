@@ -26,9 +26,10 @@ ERRATUM_RECIPES = ["fp8-e4m3-cast", "fp8-e4m3-tensor", "mxfp8-e4m3-rceil"]
 
 def _job(variant, sim, kwargs):
     from cosim.jobs import JobFailed, run_job
+    from firstlight.jobs.numerics import numerics_job
 
     try:
-        res = run_job("firstlight.sim_jobs:numerics_job", kwargs, variant=variant, sim=sim)
+        res = run_job(numerics_job, kwargs, variant=variant, sim=sim)
         return [r for r in res.records if r.get("type") == "numerics"], None
     except JobFailed as e:
         return [r for r in e.records if r.get("type") == "numerics"], str(e)
@@ -39,7 +40,7 @@ def operand_sqnr(recipe_name: str, x) -> float:
     import numpy as np
 
     import golden
-    from kernels import quant
+    from golden import quant
 
     r = quant.recipe(recipe_name)
     x64 = x.astype(np.float64)

@@ -7,6 +7,11 @@ Depends on numpy only. Public API:
 * :func:`sqnr_db`, :func:`ulp_distance`, :func:`max_abs_error` -- accuracy metrics.
 * :mod:`golden.mx` -- FP8/FP4 (MX) matrix engine, bit-exact fp32 (``mx.mx_matmul_bits`` and its
   building blocks). Reached as ``golden.mx``; its names are not re-exported here.
+* :mod:`golden.quant` -- the quantization recipes (int8, FP8, MX with floor/RCEIL scales): pure
+  numpy numerics shared by the low-precision kernel (to prepare operands) and the reports.
+* :mod:`golden.distributions` -- seeded input distributions for the numerics report and cells.
+
+Everything here is pure numpy (+ ml_dtypes); nothing imports the rest of the project.
 """
 
 from __future__ import annotations

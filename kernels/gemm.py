@@ -7,6 +7,10 @@ fit the operand SRAMs. For each group and chunk the kernel loads the panels (bac
 one MATMUL per tile (accumulating after the first chunk) and moves on without waiting; it waits
 only before it must overwrite operands, and reads a group's C back once all chunks are done.
 The plan is chosen to minimise an estimate of host work plus simulated cycles.
+
+:func:`run_tile_groups` is that loop, written once: the int8 GEMM, the fused GEMM + reduction
+and the FP/MX GEMM all drive it (the latter two through its hooks and its ``fp`` argument).
+Errata reach the planner and the driver only as :class:`workarounds.GemmConstraints`.
 """
 
 from __future__ import annotations
@@ -16,20 +20,24 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-import workarounds
+from typing import Awaitable, Callable
+
 from rtl.config import ChipConfig
-from rtl.csr_map import MemRegion
-from rtl.isa import BLOCK, FORMAT_SHIFT, MATMUL_FLAG_ACCUMULATE, Opcode, pack_command
+from rtl.isa import BLOCK, Format, fence, matmul
+from rtl.memories import Region
+from workarounds import GemmConstraints, Mitigations, Unit
 
 from .layout import pack_a_panels, pack_b_panels, words_to_int32
 from .roofline import drain_cycles, ideal_cycles
-from .stats import Measure
+from .stats import KernelStats, Measure
 from .validate import check_matrix
 
-__all__ = ["GemmPlan", "plan_gemm", "plan_for_device", "gemm", "prepare_operands", "queue_group"]
+__all__ = ["GemmPlan", "plan_gemm", "plan_for", "gemm", "prepare_operands", "run_tile_groups",
+           "check_gemm_operands", "new_host_counts", "read_group", "GEMM_UNITS"]
 
 MAX_K_FIELD = 0xFFFF
-_FENCE = pack_command(Opcode.FENCE)
+GEMM_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC)  # the units a GEMM's errata can live in
+_FENCE = fence()
 # Host cost weights for the planner (seconds); measured orders of magnitude on Verilator.
 _HOST_S_PER_WORD = 3e-6
 _HOST_S_PER_CMD = 3e-6
@@ -141,16 +149,14 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
     return best
 
 
-def plan_for_device(dev, m: int, n: int, k: int, *, acc_words: int | None = None,
-                    k_chunk: int | None = None, block: int = 1) -> GemmPlan:
-    """Plan with the chip's errata mitigations folded in (FL-SR-001, FL-ME-001, FL-ME-002)."""
-    er = workarounds.for_device(dev)
-    cfg = dev.config
+def plan_for(config: ChipConfig, constraints: GemmConstraints, m: int, n: int, k: int, *,
+             acc_words: int | None = None, k_chunk: int | None = None, block: int = 1) -> GemmPlan:
+    """Plan under the constraints the active mitigations set (workarounds.GemmConstraints)."""
     return plan_gemm(
-        cfg, m, n, k,
-        b_words=cfg.operand_depth - (1 if er.on("FL-SR-001") else 0),
-        acc_words=acc_words, k_chunk=k_chunk, avoid_unit_chunk=er.on("FL-ME-001"),
-        a_panel_extra=1 if er.on("FL-ME-002") else 0, block=block,
+        config, m, n, k,
+        b_words=config.operand_depth - constraints.b_reserved_top_words,
+        acc_words=acc_words, k_chunk=k_chunk, avoid_unit_chunk=constraints.avoid_unit_chunk,
+        a_panel_extra=1 if constraints.repeat_first_a_word else 0, block=block,
     )
 
 
@@ -165,8 +171,8 @@ def prepare_operands(a, b, cfg: ChipConfig, plan: GemmPlan):
     return pack_a_panels(a_pad, cfg.rows), pack_b_panels(b_pad, cfg.cols)
 
 
-async def queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, host: dict, budget,
-                      fp: tuple | None = None) -> tuple[int, int]:
+async def _queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, host: dict, budget,
+                       constraints: GemmConstraints, fp: tuple | None = None) -> tuple[int, int]:
     """Load and queue every K chunk of one tile group; returns (tiles along M, along N).
 
     The group's C tile (p, q) lands at accumulator word ``(p * nb + q) * ROWS``. The last
@@ -177,10 +183,10 @@ async def queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, h
     k = plan.k
     na = min(plan.ga, plan.tm - gi)
     nb = min(plan.gb, plan.tn - gj)
-    # FL-ME-002: a MATMUL right behind another reads its first A word at the previous base + K.
-    # Each A panel gets a copy of its first word at base + K, so back-to-back MATMULs on the
-    # same panel read the right value; a FENCE goes only where the panel changes.
-    stale_a = workarounds.for_device(dev).on("FL-ME-002")
+    # repeat_first_a_word (FL-ME-002: a MATMUL right behind another reads its first A word at
+    # the previous base + K): each A panel gets a copy of its first word at base + K, so
+    # back-to-back MATMULs on the same panel read the right value; a FENCE only where it changes.
+    stale_a = constraints.repeat_first_a_word
     stride = plan.kc + 1 if stale_a else plan.kc
     for ci, k0 in enumerate(range(0, k, plan.kc)):
         kc = min(plan.kc, k - k0)
@@ -190,27 +196,26 @@ async def queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, h
             panel = a_words[gi + p, k0:k0 + kc].tolist()
             if stale_a:
                 panel.append(panel[0])
-            host["words_loaded"] += dev.load_words(MemRegion.A, p * stride, panel)
+            host["words_loaded"] += dev.load_words(Region.A, p * stride, panel)
         for q in range(nb):
-            host["words_loaded"] += dev.load_words(MemRegion.B, q * plan.kc, b_words[gj + q, k0:k0 + kc].tolist())
-        flags = MATMUL_FLAG_ACCUMULATE if ci else 0
+            host["words_loaded"] += dev.load_words(Region.B, q * plan.kc, b_words[gj + q, k0:k0 + kc].tolist())
         spp = -(-plan.kc // BLOCK)  # scale words per panel chunk
+        fmt = Format.INT8
         if fp is not None:
             fmt, sa_words, sb_words = fp
-            flags |= int(fmt) << FORMAT_SHIFT
             b0, nblk = k0 // BLOCK, -(-kc // BLOCK)
             for p in range(na):
-                dev.load_words(MemRegion.SA, p * spp, sa_words[gi + p, b0:b0 + nblk].tolist())
+                dev.load_words(Region.SA, p * spp, sa_words[gi + p, b0:b0 + nblk].tolist())
             for q in range(nb):
-                dev.load_words(MemRegion.SB, q * spp, sb_words[gj + q, b0:b0 + nblk].tolist())
+                dev.load_words(Region.SB, q * spp, sb_words[gj + q, b0:b0 + nblk].tolist())
         cmds = []
         for p in range(na):
             if stale_a and p:
                 cmds.append(_FENCE)
             for q in range(nb):
-                cmds.append(pack_command(Opcode.MATMUL, flags=flags, length=kc, arg0=p * stride,
-                                         arg1=q * plan.kc, arg2=(p * nb + q) * R,
-                                         arg3=(p * spp) | ((q * spp) << 8) if fp is not None else 0))
+                scales = {"sa": p * spp, "sb": q * spp} if fp is not None else {}
+                cmds.append(matmul(a=p * stride, b=q * plan.kc, c=(p * nb + q) * R, k=kc, accumulate=ci > 0,
+                                   fmt=fmt, **scales))
         host["commands"] += len(cmds)
         await dev.submit(cmds, budget)
     return na, nb
@@ -219,7 +224,7 @@ async def queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, h
 def read_group(dev, out: np.ndarray, gi: int, gj: int, na: int, nb: int) -> None:
     """Copy a group's C tiles from the accumulator SRAM into ``out`` (int32, or uint32 fp32 bits)."""
     R, C = dev.config.rows, dev.config.cols
-    words = dev.read_words(MemRegion.ACC, 0, na * nb * R)
+    words = dev.read_words(Region.ACC, 0, na * nb * R)
     tiles = words_to_int32(words, C).view(out.dtype).reshape(na, nb, R, C)
     out[gi * R:(gi + na) * R, gj * C:(gj + nb) * C] = tiles.transpose(0, 2, 1, 3).reshape(na * R, nb * C)
 
@@ -232,29 +237,55 @@ def check_gemm_operands(a, b):
     return a, b
 
 
-async def gemm(dev, a: np.ndarray, b: np.ndarray, *, k_chunk: int | None = None,
-               budget_cycles: int | None = None) -> tuple[np.ndarray, dict]:
+GroupHook = Callable[[int, int, int, int], Awaitable[None]]
+
+
+async def run_tile_groups(dev, plan: GemmPlan, a_words, b_words, out: np.ndarray, *, constraints: GemmConstraints,
+                          host: dict, budget: int | None = None, fp: tuple | None = None,
+                          after_queue: GroupHook | None = None, after_read: GroupHook | None = None) -> None:
+    """The tile-group loop every GEMM-shaped kernel runs: per group, load and queue every K chunk,
+    wait once, read the group's C tiles into ``out``.
+
+    ``after_queue(gi, gj, na, nb)`` runs right after a group's MATMULs are queued (a fused
+    kernel queues its own commands behind them, with no wait in between); ``after_read`` runs
+    once the group's C is back in ``out``.
+    """
+    for gi in range(0, plan.tm, plan.ga):
+        for gj in range(0, plan.tn, plan.gb):
+            na, nb = await _queue_group(dev, plan, a_words, b_words, gi, gj, host, budget, constraints, fp)
+            if after_queue is not None:
+                await after_queue(gi, gj, na, nb)
+            await dev.wait_idle(budget)
+            host["waits"] += 1
+            read_group(dev, out, gi, gj, na, nb)
+            if after_read is not None:
+                await after_read(gi, gj, na, nb)
+
+
+def new_host_counts() -> dict:
+    return {"words_loaded": 0, "commands": 0, "waits": 0}
+
+
+async def gemm(dev, a: np.ndarray, b: np.ndarray, *, mitigations: Mitigations, k_chunk: int | None = None,
+               budget_cycles: int | None = None) -> tuple[np.ndarray, KernelStats]:
     """Run ``a @ b`` on the chip. Returns ``(c, stats)``; c is int32 with wrap-around.
 
-    ``k_chunk`` caps the K steps per MATMUL (default: as many as the operand SRAMs hold).
+    ``mitigations`` comes from ``workarounds.attach(dev, policy)``; ``k_chunk`` caps the K steps
+    per MATMUL (default: as many as the operand SRAMs hold).
     """
     a, b = check_gemm_operands(a, b)
     cfg: ChipConfig = dev.config
     m, k = a.shape
     n = b.shape[1]
-    plan = plan_for_device(dev, m, n, k, k_chunk=k_chunk)
+    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk)
     a_words, b_words = prepare_operands(a, b, cfg, plan)
     out = np.zeros((plan.tm * cfg.rows, plan.tn * cfg.cols), np.int32)
-    host = {"words_loaded": 0, "commands": 0, "waits": 0}
+    host = new_host_counts()
     extra = {"shape": [m, n, k], "useful_macs": m * n * k, "plan": plan.as_dict(),
              "predicted_cycles": plan.predicted_cycles(cfg), "host": host}
     async with Measure(dev, "gemm", ideal_cycles(cfg, m * n * k), extra) as meas:
-        for gi in range(0, plan.tm, plan.ga):
-            for gj in range(0, plan.tn, plan.gb):
-                na, nb = await queue_group(dev, plan, a_words, b_words, gi, gj, host, budget_cycles)
-                await dev.wait_idle(budget_cycles)
-                host["waits"] += 1
-                read_group(dev, out, gi, gj, na, nb)
+        await run_tile_groups(dev, plan, a_words, b_words, out, constraints=mitigations.gemm, host=host,
+                              budget=budget_cycles)
         await dev.check_no_error()
-    meas.stats.update(workarounds.kernel_report(dev, ("engine", "sram", "cmdproc")))
+    meas.stats.add_errata(mitigations.report(GEMM_UNITS))
     return out[:m, :n].copy(), meas.stats

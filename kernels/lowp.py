@@ -1,31 +1,68 @@
 """Low-precision GEMM: float32 in, a quantization recipe, the chip, float32 out plus metrics.
 
-Recipes (kernels/quant.py): int8 per-tensor / per-channel run on the int8 path and are
+Recipes (golden/quant.py): int8 per-tensor / per-channel run on the int8 path and are
 dequantized in software; FP8 per-tensor and MX (block-scaled E4M3/E5M2/E2M1) run on the FP path
 (docs/numerics.md). Per-tensor FP8 is the FP path with unit block scales; the tensor scales are
 applied to the fp32 result in software. K is zero-padded to a multiple of 32 for the FP path.
 
-The result records exactly what ran (codes, scales, chunking) so that golden.mx can reproduce
-the chip's fp32 bits, and the metrics against the float64 ideal.
+The result records exactly what ran (codes, scales, chunking) so that a golden can reproduce
+the chip's output bit for bit (``firstlight.jobs.checks.lowp_reference``), and the metrics
+against the float64 ideal.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 import golden
-import workarounds
+from golden import quant
 from rtl.isa import BLOCK, Format
+from workarounds import Mitigations
 
-from . import quant
-from .gemm import gemm, plan_for_device, prepare_operands, queue_group, read_group
+from .gemm import GEMM_UNITS, gemm, new_host_counts, plan_for, prepare_operands, run_tile_groups
 from .layout import bytes_to_words
 from .roofline import ideal_cycles
-from .stats import Measure
+from .stats import KernelStats, Measure
 
-__all__ = ["gemm_lowp", "mx_gemm_codes", "FMT_CODES"]
+__all__ = ["gemm_lowp", "mx_gemm_codes", "FMT_CODES", "LowpResult", "FpRun", "Int8Run"]
 
 FMT_CODES = {"e4m3": Format.E4M3, "e5m2": Format.E5M2, "e2m1": Format.E2M1}
+
+
+@dataclass
+class FpRun:
+    """What ran on the FP path: element codes, E8M0 block scales, K per MATMUL, the chip's bits."""
+
+    fmt: str
+    a_codes: np.ndarray
+    b_codes: np.ndarray
+    a_scales: np.ndarray
+    b_scales: np.ndarray
+    chunks: list[int]
+    tensor_scale: float
+    bits: np.ndarray  # uint32 fp32 bit patterns the chip produced
+
+
+@dataclass
+class Int8Run:
+    """What ran on the int8 path: the quantized operands and the chip's int32 product."""
+
+    qa: np.ndarray
+    qb: np.ndarray
+    c_int: np.ndarray
+
+
+@dataclass
+class LowpResult:
+    recipe: str
+    c: np.ndarray  # float32 (M, N)
+    stats: KernelStats
+    sqnr_db: float  # vs the float64 ideal
+    max_abs: float
+    fp: FpRun | None = None
+    int8: Int8Run | None = None
 
 
 def _check_float(name, x):
@@ -37,20 +74,11 @@ def _check_float(name, x):
         raise ValueError(f"{name} has a non-finite value at {bad}: the quantization recipes cannot carry NaN/Inf")
 
 
-def _flush_subnormal_codes(codes: np.ndarray, fmt: str) -> tuple[np.ndarray, int]:
-    """Replace subnormal FP8 codes by a zero of the same sign (FL-NU-001)."""
-    f = golden.mx.FORMATS[fmt]
-    exp_field = (codes >> f.mbits) & ((1 << f.ebits) - 1)
-    sub = (exp_field == 0) & ((codes & ((1 << f.mbits) - 1)) != 0)
-    out = codes.copy()
-    out[sub] = codes[sub] & 0x80
-    return out, int(sub.sum())
-
-
-async def mx_gemm_codes(dev, a_codes, b_codes, a_scales, b_scales, fmt: str, *, k_chunk=None, budget_cycles=None):
+async def mx_gemm_codes(dev, a_codes, b_codes, a_scales, b_scales, fmt: str, *, mitigations: Mitigations,
+                        k_chunk=None, budget_cycles=None) -> tuple[np.ndarray, KernelStats]:
     """Run element codes (M,K)/(K,N) with E8M0 block scales (M,K/32)/(K/32,N) on the FP path.
 
-    Returns ``(bits uint32 (M,N), stats)``; ``stats["chunks"]`` lists the K length of each MATMUL
+    Returns ``(bits uint32 (M,N), stats)``; ``stats.chunks`` lists the K length of each MATMUL
     so ``golden.mx.mx_matmul_bits(..., chunks=...)`` reproduces the bits.
     """
     cfg = dev.config
@@ -66,7 +94,7 @@ async def mx_gemm_codes(dev, a_codes, b_codes, a_scales, b_scales, fmt: str, *, 
         if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or arr.shape != shape:
             raise ValueError(f"{name} must be uint8 E8M0 codes of shape {shape} (one per {BLOCK} K elements), "
                              f"got {getattr(arr, 'dtype', type(arr).__name__)} {getattr(arr, 'shape', '')}")
-    plan = plan_for_device(dev, m, n, k, k_chunk=k_chunk, block=BLOCK)
+    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk, block=BLOCK)
     a_words, b_words = prepare_operands(a_codes.view(np.int8), b_codes.view(np.int8), cfg, plan)
     # scale words: per A panel and block, ROWS codes (byte i = row i); per B panel, COLS codes
     sa = np.full((plan.tm * cfg.rows, k // BLOCK), 127, np.uint8)
@@ -76,27 +104,23 @@ async def mx_gemm_codes(dev, a_codes, b_codes, a_scales, b_scales, fmt: str, *, 
     sa_words = bytes_to_words(sa.reshape(plan.tm, cfg.rows, -1).transpose(0, 2, 1))
     sb_words = bytes_to_words(sb.reshape(-1, plan.tn, cfg.cols).transpose(1, 0, 2))
     out = np.zeros((plan.tm * cfg.rows, plan.tn * cfg.cols), np.uint32)
-    host = {"words_loaded": 0, "commands": 0, "waits": 0}
+    host = new_host_counts()
     chunks = [min(plan.kc, k - k0) for k0 in range(0, k, plan.kc)]
     extra = {"shape": [m, n, k], "format": fmt, "plan": plan.as_dict(), "chunks": chunks, "host": host}
     async with Measure(dev, f"gemm_{fmt}", ideal_cycles(cfg, m * n * k), extra) as meas:
-        for gi in range(0, plan.tm, plan.ga):
-            for gj in range(0, plan.tn, plan.gb):
-                na, nb = await queue_group(dev, plan, a_words, b_words, gi, gj, host, budget_cycles,
-                                           fp=(FMT_CODES[fmt], sa_words, sb_words))
-                await dev.wait_idle(budget_cycles)
-                read_group(dev, out, gi, gj, na, nb)
+        await run_tile_groups(dev, plan, a_words, b_words, out, constraints=mitigations.gemm, host=host,
+                              budget=budget_cycles, fp=(FMT_CODES[fmt], sa_words, sb_words))
         await dev.check_no_error()
-    meas.stats.update(workarounds.kernel_report(dev, ("engine", "sram", "cmdproc")))
+    meas.stats.add_errata(mitigations.report(GEMM_UNITS))
     return out[:m, :n].copy(), meas.stats
 
 
-async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, k_chunk=None, budget_cycles=None) -> dict:
+async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, mitigations: Mitigations, k_chunk=None,
+                    budget_cycles=None) -> LowpResult:
     """Quantize float32 ``a`` (M,K) and ``b`` (K,N) with ``recipe``, run on the chip, dequantize.
 
-    Returns a dict with ``c`` (float32 (M,N)), ``stats`` (with ``recipe`` and mitigations),
-    the metrics vs the float64 ideal (``sqnr_db``, ``max_abs``), and for the FP path ``run``:
-    the codes, scales, format and chunks that ran, plus ``bits`` (the chip's fp32 output).
+    Returns a :class:`LowpResult`: the float32 output, stats (with ``recipe`` and mitigations),
+    the metrics vs the float64 ideal, and exactly what ran (``fp`` or ``int8``).
     """
     r = quant.recipe(recipe)
     _check_float("a", a)
@@ -104,14 +128,14 @@ async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, k_chunk=N
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
     ideal = golden.mx.ideal_matmul(a.astype(np.float64), b.astype(np.float64))
-    er = workarounds.for_device(dev)
-    out: dict = {"recipe": recipe}
+    flush = mitigations.lowp.fp8_subnormals_flushed
+    fp_run = int8_run = None
     if r.kind == "int8":
         axis_a, axis_b = (None, None) if r.granularity == "tensor" else (0, 1)
         qa, sa = quant.int8_symmetric(a, axis=axis_a)
         qb, sb = quant.int8_symmetric(b, axis=axis_b)
-        c_int, stats = await gemm(dev, qa, qb, k_chunk=k_chunk, budget_cycles=budget_cycles)
-        out["run_int8"] = {"qa": qa, "qb": qb, "c_int": c_int}
+        c_int, stats = await gemm(dev, qa, qb, mitigations=mitigations, k_chunk=k_chunk, budget_cycles=budget_cycles)
+        int8_run = Int8Run(qa, qb, c_int)
         sa_col = np.asarray(sa, np.float64).reshape(-1, 1) if axis_a is not None else float(sa)
         sb_row = np.asarray(sb, np.float64).reshape(1, -1) if axis_b is not None else float(sb)
         c = (c_int.astype(np.float64) * sa_col * sb_row).astype(np.float32)
@@ -121,7 +145,7 @@ async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, k_chunk=N
         kp = ap.shape[1]
         tensor_scale = 1.0
         notes = []
-        if r.kind == "fp8" and not er.on("FL-NU-001"):
+        if r.kind == "fp8" and not flush:
             if r.granularity == "cast":
                 ca, ta = quant.quantize_elements(ap, r.fmt), 1.0
                 cb, tb = quant.quantize_elements(bp, r.fmt), 1.0
@@ -139,23 +163,19 @@ async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, k_chunk=N
             cb, b_sc = quant.mx_quantize(bp, r.fmt, rule, axis=0)
             if r.kind == "fp8":
                 notes.append(f"FL-NU-001: {r.granularity} FP8 ran with per-block rceil scales")
-        if er.on("FL-NU-001") and r.fmt in ("e4m3", "e5m2"):
+        if flush and r.fmt in ("e4m3", "e5m2"):
             # ... and whatever is still subnormal is flushed in software, so the chip's reading
             # of subnormals as zero cannot differ from what the golden computes.
-            ca, fa = _flush_subnormal_codes(ca, r.fmt)
-            cb, fb = _flush_subnormal_codes(cb, r.fmt)
+            ca, fa = quant.flush_subnormals(ca, r.fmt)
+            cb, fb = quant.flush_subnormals(cb, r.fmt)
             notes.append(f"FL-NU-001: {fa + fb} subnormal codes flushed to zero in software")
-        bits, stats = await mx_gemm_codes(dev, ca, cb, a_sc, b_sc, r.fmt, k_chunk=k_chunk, budget_cycles=budget_cycles)
-        f32 = bits.view(np.float32)
-        c = (f32.astype(np.float64) * tensor_scale).astype(np.float32)
-        out["run"] = {"fmt": r.fmt, "a_codes": ca, "b_codes": cb, "a_scales": a_sc, "b_scales": b_sc,
-                      "chunks": stats["chunks"], "tensor_scale": tensor_scale}
-        out["bits"] = bits
-        stats["notes"] = notes
-    stats["recipe"] = recipe
-    out["c"] = c
-    out["stats"] = stats
+        bits, stats = await mx_gemm_codes(dev, ca, cb, a_sc, b_sc, r.fmt, mitigations=mitigations, k_chunk=k_chunk,
+                                          budget_cycles=budget_cycles)
+        c = (bits.view(np.float32).astype(np.float64) * tensor_scale).astype(np.float32)
+        fp_run = FpRun(r.fmt, ca, cb, a_sc, b_sc, list(stats.chunks), tensor_scale, bits)
+        stats.notes = notes
+    stats.recipe = recipe
     with np.errstate(all="ignore"):
-        out["sqnr_db"] = float(golden.sqnr_db(ideal, c.astype(np.float64))) if np.isfinite(c).all() else float("nan")
-    out["max_abs"] = float(np.max(np.abs(ideal - c.astype(np.float64))))
-    return out
+        sqnr = float(golden.sqnr_db(ideal, c.astype(np.float64))) if np.isfinite(c).all() else float("nan")
+    max_abs = float(np.max(np.abs(ideal - c.astype(np.float64))))
+    return LowpResult(recipe, c, stats, sqnr, max_abs, fp_run, int8_run)

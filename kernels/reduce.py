@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-import workarounds
-from rtl.csr_map import MemRegion
-from rtl.isa import Opcode, ReduceOp, pack_command
+from rtl.isa import ReduceOp, reduce
+from rtl.memories import Region
+from workarounds import Mitigations, Unit
 
 from .layout import int32_to_words, words_to_int32
-from .stats import Measure
+from .stats import KernelStats, Measure
 from .validate import check_matrix
 
 __all__ = ["reduce_rows", "IDENTITY", "OPS"]
@@ -30,7 +30,7 @@ async def _reduce_word_rows(dev, rows: list[np.ndarray], op: ReduceOp, host: dic
                             even_sum: bool = False) -> list[np.ndarray]:
     """Reduce each entry (an (n_i, LANES) int32 block) to one word on the chip; returns the words.
 
-    ``even_sum``: pad SUM blocks with a zero word to an even count (erratum FL-RU-002).
+    ``even_sum``: pad SUM blocks with a zero word to an even count (ReduceConstraints.even_sum_count).
     """
     depth = dev.config.acc_depth
     lanes = dev.config.lanes
@@ -52,18 +52,19 @@ async def _reduce_word_rows(dev, rows: list[np.ndarray], op: ReduceOp, host: dic
         src, cmds = 0, []
         dst0 = used
         for r, block in enumerate(batch):
-            host["words_loaded"] += dev.load_words(MemRegion.ACC, src, int32_to_words(block))
-            cmds.append(pack_command(Opcode.REDUCE, flags=int(op), length=len(block), arg0=src, arg2=dst0 + r))
+            host["words_loaded"] += dev.load_words(Region.ACC, src, int32_to_words(block))
+            cmds.append(reduce(op, src=src, count=len(block), dst=dst0 + r))
             src += len(block)
         host["commands"] += len(cmds)
         await dev.submit(cmds, budget)
         await dev.wait_idle(budget)
-        out = words_to_int32(dev.read_words(MemRegion.ACC, dst0, len(batch)), lanes)
+        out = words_to_int32(dev.read_words(Region.ACC, dst0, len(batch)), lanes)
         results.extend(out)
     return results
 
 
-async def reduce_rows(dev, x: np.ndarray, op: str, *, budget_cycles: int | None = None) -> tuple[np.ndarray, dict]:
+async def reduce_rows(dev, x: np.ndarray, op: str, *, mitigations: Mitigations,
+                      budget_cycles: int | None = None) -> tuple[np.ndarray, KernelStats]:
     """Reduce every row of an int32 matrix with ``op`` in {"sum", "max", "min"} on the chip.
 
     SUM wraps modulo 2**32 like the hardware. Returns ``(values (R,), stats)``.
@@ -72,17 +73,17 @@ async def reduce_rows(dev, x: np.ndarray, op: str, *, budget_cycles: int | None 
         raise ValueError(f"op must be one of {', '.join(OPS)}, got {op!r}")
     x = check_matrix("x", x, (np.int32, np.int16, np.int8), "integer rows to reduce, shape (R, C)")
     x = x.astype(np.int32)
-    er = workarounds.for_device(dev)
+    rc = mitigations.reduce
     rop = OPS[op]
-    # FL-RU-001: MAX folds from 0 on affected chips. ~x is an exact order-reversing map of int32,
+    # max_via_min (FL-RU-001: MAX folds from 0). ~x is an exact order-reversing map of int32,
     # so max(x) == ~min(~x): the chip runs MIN on complemented data.
-    complement = rop == ReduceOp.MAX and er.on("FL-RU-001")
+    complement = rop == ReduceOp.MAX and rc.max_via_min
     if complement:
         x = ~x
         rop = ReduceOp.MIN
     lanes = dev.config.lanes
     depth = dev.config.acc_depth
-    even_sum = er.on("FL-RU-002")
+    even_sum = rc.even_sum_count
     seg_words = min(MAX_COUNT, depth - 1) - (1 if even_sum else 0)
     rows_n, cols = x.shape
     wpr = -(-cols // lanes)
@@ -108,6 +109,6 @@ async def reduce_rows(dev, x: np.ndarray, op: str, *, budget_cycles: int | None 
             if all(len(b) == 1 for b in blocks):
                 break
         await dev.check_no_error()
-    meas.stats.update(workarounds.kernel_report(dev, ("reduce", "cmdproc")))
+    meas.stats.add_errata(mitigations.report((Unit.REDUCE, Unit.CMDPROC)))
     result = np.array([b[0, 0] for b in blocks], dtype=np.int32)
     return (~result if complement else result), meas.stats

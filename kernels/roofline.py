@@ -3,7 +3,8 @@
 The v1 chip has no DMA model: operands reach the SRAMs through the backdoor at no simulated
 cost, so the only roof is compute, ``ROWS * COLS`` int8 MACs per cycle. The *schedule* model
 adds what the hardware structurally costs: a MATMUL occupies the feed ``max(K, ROWS, COLS)``
-cycles, and each wait for idle drains the array (``ROWS + COLS + 3`` cycles).
+cycles, and each wait for idle drains the array (``ChipConfig.engine_drain_cycles``, the same
+constant the engine's drain counter is built from).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def ideal_cycles(config: ChipConfig, macs: int) -> int:
 
 
 def drain_cycles(config: ChipConfig) -> int:
-    return config.rows + config.cols + 3
+    return config.engine_drain_cycles
 
 
 def utilization(ideal: int, measured: int) -> float:

@@ -1,27 +1,75 @@
-"""Per-kernel measurement: perf-counter deltas, roofline, and where the wall time went."""
+"""Per-kernel measurement: perf-counter deltas, roofline, and where the wall time went.
+
+Every kernel returns a :class:`KernelStats`; it becomes a dict (``to_dict``) only at the job
+boundary, where it crosses into JSON.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from .roofline import utilization
 
-__all__ = ["Measure"]
+__all__ = ["KernelStats", "Measure"]
+
+
+@dataclass
+class KernelStats:
+    """What one kernel call did on the chip.
+
+    Counters are deltas of the chip's perf counters over the call; ``ideal_cycles`` is the
+    roofline's count for the useful work (:mod:`kernels.roofline`).
+    """
+
+    kernel: str
+    array: str
+    revision: str
+    cycles: int
+    ideal_cycles: int
+    utilization: float
+    engine_busy_cycles: int
+    macs_issued: int
+    reduce_busy_cycles: int
+    stall_cycles: int
+    wall_s: float
+    sim_wait_s: float
+    python_s: float
+    python_share: float
+    sim_cycles_per_s: float
+    shape: list[int] = field(default_factory=list)
+    host: dict = field(default_factory=dict)  # host-side work: words loaded, commands, waits
+    useful_macs: int | None = None
+    plan: dict | None = None  # the GEMM plan (kernels.gemm.GemmPlan.as_dict)
+    predicted_cycles: int | None = None  # the schedule model's prediction
+    op: str | None = None  # reductions
+    format: str | None = None  # FP GEMMs
+    chunks: list[int] = field(default_factory=list)  # FP GEMMs: K of each MATMUL, for the golden
+    recipe: str | None = None  # low-precision GEMMs
+    notes: list[str] = field(default_factory=list)
+    # errata, from workarounds.Mitigations.report
+    mitigations: list[str] = field(default_factory=list)
+    errata_status: dict[str, str] = field(default_factory=dict)
+    errata_warnings: list[str] = field(default_factory=list)
+    stream_pass_insertions: dict[str, int] = field(default_factory=dict)
+
+    def add_errata(self, report: dict) -> None:
+        for k, v in report.items():
+            setattr(self, k, v)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass
 class Measure:
-    """Wraps one kernel call: ``async with Measure(dev, name, ideal) as m: ...; m.stats``.
-
-    ``ideal`` is the roofline's cycle count for the work (see :mod:`kernels.roofline`).
-    """
+    """Wraps one kernel call: ``async with Measure(dev, name, ideal, **extra) as m: ...; m.stats``."""
 
     dev: object
     kernel: str
     ideal: int
     extra: dict = field(default_factory=dict)
-    stats: dict = field(default_factory=dict)
+    stats: KernelStats | None = None
 
     async def __aenter__(self):
         self._sim0 = self.dev.timing.sim_s
@@ -37,24 +85,22 @@ class Measure:
         sim = self.dev.timing.sim_s - self._sim0
         d = p1 - self._p0
         cfg = self.dev.config
-        ideal = self.ideal
-        self.stats = {
-            "kernel": self.kernel,
-            "array": f"{cfg.rows}x{cfg.cols}",
-            "revision": self.dev.revision,
-            "cycles": d["CYCLES"],
-            "ideal_cycles": ideal,
-            "utilization": utilization(ideal, d["CYCLES"]),
-            "engine_busy_cycles": d["ENGINE_BUSY"],
-            "macs_issued": d["MACS"],
-            "reduce_busy_cycles": d["REDUCE_BUSY"],
-            "stall_cycles": d["STALLS"],
-            "wall_s": wall,
-            "sim_wait_s": sim,
-            "python_s": wall - sim,
-            "python_share": (wall - sim) / wall if wall > 0 else 0.0,
-            "sim_cycles_per_s": d["CYCLES"] / wall if wall > 0 else 0.0,
-            "mitigations": [],
+        self.stats = KernelStats(
+            kernel=self.kernel,
+            array=f"{cfg.rows}x{cfg.cols}",
+            revision=self.dev.revision,
+            cycles=d["CYCLES"],
+            ideal_cycles=self.ideal,
+            utilization=utilization(self.ideal, d["CYCLES"]),
+            engine_busy_cycles=d["ENGINE_BUSY"],
+            macs_issued=d["MACS"],
+            reduce_busy_cycles=d["REDUCE_BUSY"],
+            stall_cycles=d["STALLS"],
+            wall_s=wall,
+            sim_wait_s=sim,
+            python_s=wall - sim,
+            python_share=(wall - sim) / wall if wall > 0 else 0.0,
+            sim_cycles_per_s=d["CYCLES"] / wall if wall > 0 else 0.0,
             **self.extra,
-        }
+        )
         return False

@@ -15,19 +15,42 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .cmdproc import CommandProcessor
-from .config import ChipConfig
-from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, MemRegion
+from .config import ChipConfig, log2
+from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, WINDOW_DATA, Register
 from .engine import MatrixEngine
-from .isa import COMMAND_BITS, ErrCode
-from .reduce import ReductionUnit
 from .faults import CsrStuck, SramAlias, SramStuck, parse_faults
+from .isa import COMMAND_BITS, ErrCode
+from .memories import MEM, MEMORIES, Region
+from .reduce import ReductionUnit
+from .revisions import Defect
 from .revisions import revision as lookup_revision
 
 __all__ = ["Chip"]
 
 
-def _log2(n: int) -> int:
-    return (n - 1).bit_length()
+assert MEM["CMDQ"].width(ChipConfig()) == COMMAND_BITS, "the command ring holds one command per entry"
+
+
+def _pack_fields(reg: Register, **values):
+    """``values`` (signals or ints, by field name) concatenated into ``reg``'s layout, in LSB
+    order with zeros in the gaps, up to the highest field given."""
+    parts, at = [], 0
+    for f in sorted(reg.fields, key=lambda f: f.lsb):
+        if f.name not in values:
+            continue
+        if f.lsb > at:
+            parts.append(Const(0, f.lsb - at))
+        v = values.pop(f.name)
+        parts.append(v if not isinstance(v, int) else Const(v, f.width))
+        at = f.lsb + f.width
+    if values:
+        raise KeyError(f"register {reg.name} has no field(s) {sorted(values)}")
+    return Cat(*parts)
+
+
+def _bits(value, reg: str, field: str):
+    f = REG[reg].field(field)
+    return value[f.lsb:f.lsb + f.width]
 
 
 def _force_bit(value, bit: int, to: int):
@@ -83,14 +106,9 @@ class Chip(wiring.Component):
     defects : frozenset or None
         Override the revision's defects (``frozenset()`` gives the chip as specified).
 
-    Attributes
-    ----------
-    sram_names : dict
-        Memory submodule names for backdoor access: ``{"A": "a_sram", ...}``.
+    The SRAMs are the entries of ``rtl.memories.MEMORIES``, each a submodule of its
+    ``instance`` name and a region of the front-door window.
     """
-
-    sram_names = {"A": "a_sram", "B": "b_sram", "ACC": "acc_sram", "CMDQ": "cmdq_sram", "SA": "sa_sram",
-                  "SB": "sb_sram"}
 
     def __init__(self, config: ChipConfig | None = None, revision: str = "A0", faults: tuple[str, ...] = (),
                  defects: frozenset[str] | None = None):
@@ -121,14 +139,7 @@ class Chip(wiring.Component):
     def region_words(self) -> dict[int, tuple[int, int]]:
         """Window region -> (depth in words, 32-bit chunks per word)."""
         c = self.config
-        return {
-            MemRegion.A: (c.operand_depth, max(1, c.a_word_bits // 32)),
-            MemRegion.B: (c.operand_depth, max(1, c.b_word_bits // 32)),
-            MemRegion.ACC: (c.acc_depth, c.acc_word_bits // 32),
-            MemRegion.CMDQ: (c.cmdq_depth, COMMAND_BITS // 32),
-            MemRegion.SA: (c.scale_depth, max(1, 8 * c.rows // 32)),
-            MemRegion.SB: (c.scale_depth, max(1, 8 * c.cols // 32)),
-        }
+        return {mem.region: (mem.depth(c), mem.chunks(c)) for mem in MEMORIES}
 
     def elaborate(self, platform):
         m = Module()
@@ -147,39 +158,33 @@ class Chip(wiring.Component):
         # ---- SRAMs (seen through any injected faults) ----------------------------------------
         faults = self.fault_list
 
-        def make_sram(name, key, width, depth):
+        def make_sram(spec):
+            width, depth = spec.width(cfg), spec.depth(cfg)
             gran = 32 if width > 32 else None
             mem = memory.Memory(shape=width, depth=depth, init=[])
-            m.submodules[name] = mem
+            m.submodules[spec.instance] = mem
             mask = depth - 1
             for f in faults:
-                if isinstance(f, SramAlias) and f.sram == key:
+                if isinstance(f, SramAlias) and f.sram == spec.name:
                     mask &= ~(1 << f.addr_bit)
-            stuck = [f for f in faults if isinstance(f, SramStuck) and f.sram == key]
+            stuck = [f for f in faults if isinstance(f, SramStuck) and f.sram == spec.name]
             wp = mem.write_port(granularity=gran) if gran else mem.write_port()
             return _FaultyPorts(m, mem, wp, mask, stuck)
 
-        a_mem = make_sram("a_sram", "A", cfg.a_word_bits, cfg.operand_depth)
-        b_mem = make_sram("b_sram", "B", cfg.b_word_bits, cfg.operand_depth)
-        acc_mem = make_sram("acc_sram", "ACC", cfg.acc_word_bits, cfg.acc_depth)
-        q_mem = make_sram("cmdq_sram", "CMDQ", COMMAND_BITS, cfg.cmdq_depth)
-        sa_mem = make_sram("sa_sram", "SA", 8 * cfg.rows, cfg.scale_depth)
-        sb_mem = make_sram("sb_sram", "SB", 8 * cfg.cols, cfg.scale_depth)
-        a_wp, b_wp, acc_wp, q_wp = a_mem.write, b_mem.write, acc_mem.write, q_mem.write
+        srams = {spec.name: make_sram(spec) for spec in MEMORIES}
+        a_mem, b_mem, acc_mem, q_mem = srams["A"], srams["B"], srams["ACC"], srams["CMDQ"]
+        sa_mem, sb_mem = srams["SA"], srams["SB"]
+        acc_wp = acc_mem.write
 
         a_rp_eng, b_rp_eng = a_mem.read_port(), b_mem.read_port()
         acc_rp_eng, acc_rp_red = acc_mem.read_port(), acc_mem.read_port()
         q_rp_fetch = q_mem.read_port()
-        win_rp = {
-            MemRegion.A: a_mem.read_port(),
-            MemRegion.B: b_mem.read_port(),
-            MemRegion.ACC: acc_mem.read_port(),
-            MemRegion.CMDQ: q_mem.read_port(),
-            MemRegion.SA: sa_mem.read_port(),
-            MemRegion.SB: sb_mem.read_port(),
-        }
-        win_wp = {MemRegion.A: a_wp, MemRegion.B: b_wp, MemRegion.CMDQ: q_wp, MemRegion.SA: sa_mem.write,
-                  MemRegion.SB: sb_mem.write}
+        # Front-door window: a read port on every SRAM; its own write port where the SRAM's write
+        # port is not shared with a unit (ACC's is arbitrated below).
+        win_rp = {spec.region: srams[spec.name].read_port() for spec in MEMORIES}
+        win_wp = {spec.region: srams[spec.name].write for spec in MEMORIES if not spec.window_waits_for_units}
+        shared_wp = [spec.region for spec in MEMORIES if spec.window_waits_for_units]
+        assert shared_wp == [Region.ACC], "only ACC's write port is shared with the units"
         sa_rp_eng, sb_rp_eng = sa_mem.read_port(), sb_mem.read_port()
         m.d.comb += [
             sa_rp_eng.addr.eq(engine.sa_rd_addr),
@@ -189,7 +194,7 @@ class Chip(wiring.Component):
         ]
 
         b_eng_data = b_rp_eng.data
-        if "operand_top_word_reads_zero" in defects:
+        if Defect.OPERAND_TOP_WORD_READS_ZERO in defects:
             top_q = Signal()
             m.d.sync += top_q.eq(engine.b_rd_addr == cfg.operand_depth - 1)
             b_eng_data = Mux(top_q, 0, b_rp_eng.data)
@@ -245,15 +250,15 @@ class Chip(wiring.Component):
         win_err = Signal()
         doorbell = Signal()
 
-        region = mem_addr[28:32]
-        chunk = mem_addr[0:28]
+        region = _bits(mem_addr, "MEM_ADDR", "region")
+        chunk = _bits(mem_addr, "MEM_ADDR", "chunk")
         regions = self.region_words()
         win_word = Signal(28)
         win_sub = Signal(3)
         win_ok = Signal()
         for r, (depth, chunks) in regions.items():
             with m.If(region == r):
-                sub_bits = _log2(chunks)
+                sub_bits = log2(chunks)
                 m.d.comb += [
                     win_word.eq(chunk >> sub_bits),
                     win_sub.eq(chunk & (chunks - 1)),
@@ -287,8 +292,8 @@ class Chip(wiring.Component):
                                  req_write.eq(self.csr_we)]
                     m.next = "ACCESS"
             with m.State("ACCESS"):
-                is_mem = ((req_addr == REG["MEM_DATA"].addr) | (req_addr == REG["MEM_DATA_KEEP"].addr)
-                          | (req_addr == REG["MEM_DATA_DEC"].addr))
+                is_mem = ((req_addr == REG[WINDOW_DATA[0]].addr) | (req_addr == REG[WINDOW_DATA[1]].addr)
+                          | (req_addr == REG[WINDOW_DATA[2]].addr))
                 next_addr = Signal(32)
                 with m.Switch(req_addr):
                     with m.Case(REG["MEM_DATA_KEEP"].addr):
@@ -302,7 +307,7 @@ class Chip(wiring.Component):
                     m.d.sync += [rdata.eq(0), mem_addr.eq(next_addr)]
                     m.next = "ACK"
                 with m.Elif(is_mem & req_write):
-                    with m.If(region == MemRegion.ACC):
+                    with m.If(region == Region.ACC):
                         with m.If(~units_busy):
                             m.d.comb += acc_win_we.eq(1)
                             m.d.sync += mem_addr.eq(next_addr)
@@ -379,18 +384,14 @@ class Chip(wiring.Component):
         """Read mux and write side effects of the plain registers (everything but MEM_DATA)."""
         cmdp, engine, reducer = env["cmdp"], env["engine"], env["reducer"]
         perf, perf_hi = env["perf"], env["perf_hi"]
-        caps0 = cfg.rows | (cfg.cols << 8) | (cfg.lanes << 16) | (cfg.formats_mask << 24)
-        caps1 = (_log2(cfg.operand_depth) | (_log2(cfg.acc_depth) << 8)
-                 | (cfg.cmd_fifo_depth << 16) | (_log2(cfg.cmdq_depth) << 24))
-        status = Cat(
-            ~cmdp.idle, engine.busy, reducer.busy, cmdp.err_code != 0, cmdp.idle, Const(0, 3),
-            cmdp.fifo_level,
-        )
+        caps = cfg.caps()
+        status = _pack_fields(REG["STATUS"], busy=~cmdp.idle, engine_busy=engine.busy, reduce_busy=reducer.busy,
+                              err=cmdp.err_code != 0, idle=cmdp.idle, fifo_level=cmdp.fifo_level)
         ro = {
             "ID": Const(ID_MAGIC, 32),
             "REV": Const(self.rev.code, 32),
-            "CAPS0": Const(caps0, 32),
-            "CAPS1": Const(caps1, 32),
+            "CAPS0": Const(caps["CAPS0"], 32),
+            "CAPS1": Const(caps["CAPS1"], 32),
             "STATUS": status,
             "ERR": cmdp.err_code,
             "ERR_CMD0": cmdp.err_cmd[0:32],
@@ -400,7 +401,7 @@ class Chip(wiring.Component):
             "ERR_COUNT": cmdp.err_count,
             "DONE_COUNT": cmdp.done_count,
             "CMDQ_HEAD": cmdp.head,
-            "CTRL": Cat(Const(0, 1), env["irq_en"]),
+            "CTRL": _pack_fields(REG["CTRL"], soft_reset=0, irq_en=env["irq_en"]),  # strobes read as 0
             "SCRATCH": env["scratch"],
             "CMDQ_TAIL": env["tail"],
             "MEM_ADDR": env["mem_addr"],
@@ -425,11 +426,11 @@ class Chip(wiring.Component):
             with m.Switch(addr):
                 with m.Case(REG["CTRL"].addr):
                     m.d.comb += [
-                        env["soft_rst"].eq(wdata[0]),
-                        env["clear_err"].eq(wdata[2]),
-                        env["clear_perf"].eq(wdata[3]),
+                        env["soft_rst"].eq(_bits(wdata, "CTRL", "soft_reset")),
+                        env["clear_err"].eq(_bits(wdata, "CTRL", "clear_err")),
+                        env["clear_perf"].eq(_bits(wdata, "CTRL", "clear_perf")),
                     ]
-                    m.d.sync += env["irq_en"].eq(wdata[1])
+                    m.d.sync += env["irq_en"].eq(_bits(wdata, "CTRL", "irq_en"))
                 with m.Case(REG["SCRATCH"].addr):
                     m.d.sync += env["scratch"].eq(wdata)
                 with m.Case(REG["CMDQ_TAIL"].addr):
@@ -438,4 +439,4 @@ class Chip(wiring.Component):
                 with m.Case(REG["MEM_ADDR"].addr):
                     m.d.sync += env["mem_addr"].eq(wdata)
                 with m.Case(REG["IRQ_STATUS"].addr):
-                    m.d.sync += env["irq_status"].eq(env["irq_status"] & ~wdata[:2])
+                    m.d.sync += env["irq_status"].eq(env["irq_status"] & ~wdata[:len(env["irq_status"])])

@@ -20,6 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import ChipConfig
 from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, ErrCode, Format, Opcode, ReduceOp
+from .revisions import Defect
 
 __all__ = ["CommandProcessor"]
 
@@ -45,7 +46,7 @@ class CommandProcessor(wiring.Component):
         A command was dropped this cycle.
     """
 
-    def __init__(self, config: ChipConfig, defects: frozenset[str] = frozenset()):
+    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset()):
         self.config = config
         self.defects = frozenset(defects)
         qw = (config.cmdq_depth - 1).bit_length()
@@ -117,12 +118,14 @@ class CommandProcessor(wiring.Component):
         err = Signal(8)
         op = cmd.opcode
         k = cmd.length
-        fmt_code = cmd.flags[1:4]
+        mm_flags, rd_flags, scales = cmd.flags.matmul, cmd.flags.reduce, cmd.arg3.scales
+        fmt_code = mm_flags.fmt
         nblocks = (k + BLOCK - 1) >> 5
         known = (op == Opcode.MATMUL) | (op == Opcode.REDUCE) | (op == Opcode.NOP) | (op == Opcode.FENCE)
-        reserved = Mux(op == Opcode.MATMUL, (cmd.flags[4:8] != 0) | ((fmt_code == Format.INT8) & (cmd.arg3 != 0)),
-                       Mux(op == Opcode.REDUCE, (cmd.flags[2:8] != 0) | (cmd.arg3 != 0),
-                           (cmd.flags != 0) | (cmd.arg3 != 0)))
+        arg3_set = cmd.arg3.bits != 0
+        reserved = Mux(op == Opcode.MATMUL, (mm_flags.reserved != 0) | ((fmt_code == Format.INT8) & arg3_set),
+                       Mux(op == Opcode.REDUCE, (rd_flags.reserved != 0) | arg3_set,
+                           (cmd.flags.bits != 0) | arg3_set))
         with m.If(~known):
             m.d.comb += err.eq(ErrCode.BAD_OPCODE)
         with m.Elif(reserved):
@@ -131,7 +134,7 @@ class CommandProcessor(wiring.Component):
             with m.If((Const(cfg.formats_mask, 8) >> fmt_code)[0] == 0):  # not built into this chip
                 m.d.comb += err.eq(ErrCode.BAD_FORMAT)
             with m.Elif((fmt_code != Format.INT8)
-                        & ((cmd.arg3[0:8] + nblocks > cfg.scale_depth) | (cmd.arg3[8:16] + nblocks > cfg.scale_depth))):
+                        & ((scales.sa + nblocks > cfg.scale_depth) | (scales.sb + nblocks > cfg.scale_depth))):
                 m.d.comb += err.eq(ErrCode.SCALE_RANGE)
             with m.Elif(k == 0):
                 m.d.comb += err.eq(ErrCode.BAD_LENGTH)
@@ -142,7 +145,7 @@ class CommandProcessor(wiring.Component):
             with m.Elif(cmd.arg2 + cfg.rows > cfg.acc_depth):
                 m.d.comb += err.eq(ErrCode.C_RANGE)
         with m.Elif(op == Opcode.REDUCE):
-            with m.If(cmd.flags[:2] > max(ReduceOp)):
+            with m.If(rd_flags.op > max(ReduceOp)):
                 m.d.comb += err.eq(ErrCode.BAD_REDUCE_OP)
             with m.Elif(k == 0):
                 m.d.comb += err.eq(ErrCode.BAD_LENGTH)
@@ -160,11 +163,11 @@ class CommandProcessor(wiring.Component):
             self.mm_b.eq(cmd.arg1),
             self.mm_c.eq(cmd.arg2),
             self.mm_k.eq(k),
-            self.mm_acc.eq(cmd.flags[0]),
+            self.mm_acc.eq(mm_flags.accumulate),
             self.mm_fmt.eq(fmt_code),
-            self.mm_sa.eq(cmd.arg3[0:8]),
-            self.mm_sb.eq(cmd.arg3[8:16]),
-            self.rd_op.eq(cmd.flags[:2]),
+            self.mm_sa.eq(scales.sa),
+            self.mm_sb.eq(scales.sb),
+            self.rd_op.eq(rd_flags.op),
             self.rd_src.eq(cmd.arg0),
             self.rd_count.eq(k),
             self.rd_dst.eq(cmd.arg2),
@@ -180,7 +183,7 @@ class CommandProcessor(wiring.Component):
                 m.d.comb += retire.eq(self.mm_feed_ready & ~self.rd_busy)
                 m.d.comb += self.mm_start.eq(retire)
             with m.Elif(op == Opcode.REDUCE):
-                if "reduce_issues_before_drain" in self.defects:
+                if Defect.REDUCE_ISSUES_BEFORE_DRAIN in self.defects:
                     m.d.comb += retire.eq(self.mm_feed_ready & ~self.rd_busy)
                 else:
                     m.d.comb += retire.eq(units_idle)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ChipConfig", "FORMAT_NAMES"]
+__all__ = ["ChipConfig", "FORMAT_NAMES", "log2"]
 
 # Operand formats in Format (rtl/isa.py) order; CAPS0.formats has one bit per entry.
 FORMAT_NAMES = ("int8", "e4m3", "e5m2", "e2m1")
@@ -19,6 +19,11 @@ _POW2_DIMS = (2, 4, 8, 16)
 
 def _is_pow2(n: int) -> bool:
     return n > 0 and (n & (n - 1)) == 0
+
+
+def log2(n: int) -> int:
+    """Address bits for ``n`` words (exact for the powers of two the config allows)."""
+    return (n - 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,13 @@ class ChipConfig:
         """A MATMUL occupies the operand feed for at least this many cycles (see docs/chip.md)."""
         return max(self.rows, self.cols)
 
+    @property
+    def engine_drain_cycles(self) -> int:
+        """Cycles the matrix engine stays busy after its last feed step: the skew through the
+        array (ROWS + COLS) plus the PE, result and write-back registers (4). rtl/engine.py builds
+        its drain counter from this, and the schedule model charges it once per wait for idle."""
+        return self.rows + self.cols + 4
+
     @classmethod
     def parse_array(cls, text: str, **kwargs: int) -> "ChipConfig":
         """Build a config from an ``ROWSxCOLS`` string such as ``"8x8"``."""
@@ -144,6 +156,29 @@ class ChipConfig:
             "cmdq_depth": self.cmdq_depth,
             "formats": list(self.formats),
         }
+
+    def caps(self) -> dict[str, int]:
+        """The CAPS register values that publish this config (packed from the register map)."""
+        from .csr_map import REG
+
+        return {
+            "CAPS0": REG["CAPS0"].pack(rows=self.rows, cols=self.cols, lanes=self.lanes, formats=self.formats_mask),
+            "CAPS1": REG["CAPS1"].pack(log2_operand_depth=log2(self.operand_depth), log2_acc_depth=log2(self.acc_depth),
+                                       cmd_fifo_depth=self.cmd_fifo_depth, log2_cmdq_depth=log2(self.cmdq_depth)),
+        }
+
+    @classmethod
+    def from_caps(cls, caps0: int, caps1: int) -> "ChipConfig":
+        """The config a chip publishes in CAPS0/CAPS1 (raises ValueError if they describe no chip)."""
+        from .csr_map import REG
+
+        f0, f1 = REG["CAPS0"].unpack(caps0), REG["CAPS1"].unpack(caps1)
+        return cls(
+            formats=tuple(n for b, n in enumerate(FORMAT_NAMES) if f0["formats"] >> b & 1),
+            rows=f0["rows"], cols=f0["cols"], lanes=f0["lanes"],
+            operand_depth=1 << f1["log2_operand_depth"], acc_depth=1 << f1["log2_acc_depth"],
+            cmd_fifo_depth=f1["cmd_fifo_depth"], cmdq_depth=1 << f1["log2_cmdq_depth"],
+        )
 
     @property
     def has_fp(self) -> bool:

@@ -23,6 +23,7 @@ from .config import ChipConfig
 from .ports import acc_port_members
 from .fp32 import CANONICAL_NAN, POS_INF, fp32_add, round_to_fp32
 from .isa import Format
+from .revisions import Defect
 
 __all__ = ["MatrixEngine"]
 
@@ -47,7 +48,7 @@ class MatrixEngine(wiring.Component):
         A valid K step is being read this cycle (``rows*cols`` MACs issued).
     """
 
-    def __init__(self, config: ChipConfig, defects: frozenset[str] = frozenset()):
+    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset()):
         self.config = config
         self.defects = frozenset(defects)
         aw = (config.operand_depth - 1).bit_length()
@@ -121,7 +122,7 @@ class MatrixEngine(wiring.Component):
                 sa_base.eq(self.sa_addr),
                 sb_base.eq(self.sb_addr),
             ]
-            if "engine_k1_ignores_accumulate" in self.defects:
+            if Defect.ENGINE_K1_IGNORES_ACCUMULATE in self.defects:
                 m.d.sync += acc_flag.eq(self.accumulate & (self.k != 1))
         m.d.comb += [
             self.a_rd_addr.eq(a_base + k_idx),
@@ -129,7 +130,7 @@ class MatrixEngine(wiring.Component):
             self.sa_rd_addr.eq(sa_base + (k_idx >> 5)),  # one scale word per block of 32 steps
             self.sb_rd_addr.eq(sb_base + (k_idx >> 5)),
         ]
-        if "engine_b2b_stale_a_word" in self.defects:
+        if Defect.ENGINE_B2B_STALE_A_WORD in self.defects:
             # The A address register is not reloaded on a zero-gap start: the first step reads
             # where the previous command would have read next.
             stale = Signal()
@@ -252,7 +253,7 @@ class MatrixEngine(wiring.Component):
         ]
 
         # ---- busy: feed slot, plus a drain window covering the deepest pipeline path -----
-        drain_len = R + C + 4
+        drain_len = cfg.engine_drain_cycles
         drain = Signal(range(drain_len + 1))
         with m.If(feed_valid):
             m.d.sync += drain.eq(drain_len)
@@ -266,7 +267,7 @@ class MatrixEngine(wiring.Component):
 
     def _decode(self, m: Module, code, fmt, tag: str):
         """(sign, sig, ee, nan, inf) of an operand byte for the FP formats."""
-        daz = "fp8_subnormals_read_as_zero" in self.defects
+        daz = Defect.FP8_SUBNORMALS_READ_AS_ZERO in self.defects
         sign, sig, ee = Signal(name=f"{tag}_s"), Signal(4, name=f"{tag}_sig"), Signal(5, name=f"{tag}_ee")
         nan, inf = Signal(name=f"{tag}_nan"), Signal(name=f"{tag}_inf")
         built = self.config.formats

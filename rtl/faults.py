@@ -2,10 +2,12 @@
 
 The spec syntax is fixed (scripts depend on it):
 
-* ``sram:<A|B|ACC>:<stuck0|stuck1>:addr=<n>:bit=<n>`` -- one cell stuck at 0/1: every read
+* ``sram:<MEMORY>:<stuck0|stuck1>:addr=<n>:bit=<n>`` -- one cell stuck at 0/1: every read
   port of that SRAM returns the bit forced for that word.
-* ``sram:<A|B|ACC>:alias:addr_bit=<n>`` -- address line ``n`` of that SRAM tied low on every
+* ``sram:<MEMORY>:alias:addr_bit=<n>`` -- address line ``n`` of that SRAM tied low on every
   port, so word ``a`` and ``a | 1<<n`` are the same cell.
+
+``<MEMORY>`` is any name of the memory table (``rtl/memories.py``), case-insensitive.
 * ``csr:<REGISTER>:<stuck0|stuck1>:bit=<n>`` -- bit ``n`` of a register's read data stuck.
 """
 
@@ -16,14 +18,15 @@ from dataclasses import dataclass
 
 from .config import ChipConfig
 from .csr_map import REG
+from .memories import MEM, MEMORIES
 
 __all__ = ["SramStuck", "SramAlias", "CsrStuck", "parse_fault", "parse_faults", "FAULT_SYNTAX"]
 
+_SRAMS = "|".join(m.name for m in MEMORIES)
 FAULT_SYNTAX = (
-    "sram:<A|B|ACC>:<stuck0|stuck1>:addr=<n>:bit=<n>, sram:<A|B|ACC>:alias:addr_bit=<n>, "
+    f"sram:<{_SRAMS}>:<stuck0|stuck1>:addr=<n>:bit=<n>, sram:<{_SRAMS}>:alias:addr_bit=<n>, "
     "csr:<REGISTER>:<stuck0|stuck1>:bit=<n>"
 )
-_SRAMS = ("A", "B", "ACC")
 
 
 @dataclass(frozen=True)
@@ -47,14 +50,6 @@ class CsrStuck:
     bit: int
 
 
-def _widths(config: ChipConfig) -> dict[str, tuple[int, int]]:
-    return {
-        "A": (config.operand_depth, config.a_word_bits),
-        "B": (config.operand_depth, config.b_word_bits),
-        "ACC": (config.acc_depth, config.acc_word_bits),
-    }
-
-
 def _int(spec: str, text: str, key: str) -> int:
     m = re.fullmatch(rf"{key}=(\d+)", text)
     if not m:
@@ -67,9 +62,11 @@ def parse_fault(spec: str, config: ChipConfig) -> SramStuck | SramAlias | CsrStu
     parts = spec.split(":")
     kind = parts[0]
     if kind == "sram":
-        if len(parts) < 3 or parts[1] not in _SRAMS:
-            raise ValueError(f"fault {spec!r}: the SRAM must be one of {', '.join(_SRAMS)}; syntax: {FAULT_SYNTAX}")
-        depth, width = _widths(config)[parts[1]]
+        if len(parts) < 3 or parts[1].upper() not in MEM:
+            raise ValueError(f"fault {spec!r}: the SRAM must be one of {', '.join(MEM)}; syntax: {FAULT_SYNTAX}")
+        mem = MEM[parts[1].upper()]
+        parts[1] = mem.name
+        depth, width = mem.depth(config), mem.width(config)
         if parts[2] in ("stuck0", "stuck1"):
             if len(parts) != 5:
                 raise ValueError(f"fault {spec!r}: expected sram:{parts[1]}:{parts[2]}:addr=<n>:bit=<n>")
@@ -92,8 +89,9 @@ def parse_fault(spec: str, config: ChipConfig) -> SramStuck | SramAlias | CsrStu
     if kind == "csr":
         if len(parts) != 4 or parts[2] not in ("stuck0", "stuck1"):
             raise ValueError(f"fault {spec!r}: expected csr:<REGISTER>:<stuck0|stuck1>:bit=<n>")
-        if parts[1] not in REG:
+        if parts[1].upper() not in REG:
             raise ValueError(f"fault {spec!r}: unknown register {parts[1]!r}; registers: {', '.join(REG)}")
+        parts[1] = parts[1].upper()
         bit = _int(spec, parts[3], "bit")
         if bit >= 32:
             raise ValueError(f"fault {spec!r}: bit={bit} is out of range; registers have bits 0..31")

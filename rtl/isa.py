@@ -1,8 +1,12 @@
 """The command set: one declaration used by the command processor RTL and by the software.
 
-A command is 128 bits (four 32-bit words, word 0 in the low bits). The layout below is an
-Amaranth ``StructLayout``: the RTL views FIFO entries through it, and :func:`pack_command`
-packs Python values with the same field offsets, so the two can never drift apart.
+A command is 128 bits (four 32-bit words, word 0 in the low bits). :data:`COMMAND_LAYOUT` is an
+Amaranth ``StructLayout`` whose ``flags`` and ``arg3`` are nested layouts (unions over the
+opcodes that give them a meaning). The RTL views FIFO entries through it; :func:`pack_command`
+packs Python values with the same field offsets and :func:`decode` unpacks them, so the two
+sides cannot drift apart. Software builds commands with the constructors :func:`matmul`,
+:func:`reduce`, :func:`fence` and :func:`nop`; :func:`pack_command` is for raw (and
+deliberately bad) commands.
 """
 
 from __future__ import annotations
@@ -12,33 +16,13 @@ import enum
 from amaranth.lib import data
 
 __all__ = [
-    "COMMAND_LAYOUT",
-    "COMMAND_BITS",
-    "Opcode",
-    "ReduceOp",
-    "ErrCode",
-    "MATMUL_FLAG_ACCUMULATE",
-    "Format",
-    "FORMAT_SHIFT",
-    "BLOCK",
-    "pack_command",
-    "unpack_command",
+    "COMMAND_LAYOUT", "COMMAND_BITS", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
+    "Opcode", "ReduceOp", "ErrCode", "Format",
+    "pack_command", "unpack_command", "decode", "opcode_of",
+    "matmul", "reduce", "fence", "nop",
 ]
 
-COMMAND_LAYOUT = data.StructLayout(
-    {
-        "opcode": 8,  # Opcode
-        "flags": 8,  # MATMUL: bit 0 accumulate, bits 3:1 Format; REDUCE: bits 1:0 ReduceOp
-        "length": 16,  # MATMUL: K; REDUCE: count of accumulator words
-        "arg0": 16,  # MATMUL: A word address; REDUCE: source accumulator word
-        "arg1": 16,  # MATMUL: B word address
-        "arg2": 16,  # MATMUL: C (accumulator) word address; REDUCE: destination word
-        "arg3": 16,  # FP MATMUL: [7:0] SA word, [15:8] SB word of the first block; else must be zero
-        "tag": 32,  # free for software: copied into ERR_CMD3 when the command faults
-    }
-)
-COMMAND_BITS = COMMAND_LAYOUT.size
-assert COMMAND_BITS == 128
+BLOCK = 32  # K steps per scaling block of the FP formats
 
 
 class Opcode(enum.IntEnum):
@@ -57,17 +41,10 @@ class Format(enum.IntEnum):
     E2M1 = 3
 
 
-FORMAT_SHIFT = 1  # Format sits in MATMUL flags[3:1]
-BLOCK = 32  # K steps per scaling block of the FP formats
-
-
 class ReduceOp(enum.IntEnum):
     SUM = 0  # wraps modulo 2**32
     MAX = 1
     MIN = 2
-
-
-MATMUL_FLAG_ACCUMULATE = 0x01
 
 
 class ErrCode(enum.IntEnum):
@@ -88,32 +65,132 @@ class ErrCode(enum.IntEnum):
     SCALE_RANGE = 12  # FP MATMUL: SA/SB word + blocks beyond the scale SRAMs
 
 
-def pack_command(
-    opcode: int,
-    *,
-    flags: int = 0,
-    length: int = 0,
-    arg0: int = 0,
-    arg1: int = 0,
-    arg2: int = 0,
-    arg3: int = 0,
-    tag: int = 0,
-) -> int:
-    """Pack one command into its 128-bit integer form, checking every field's width."""
-    values = dict(
-        opcode=opcode, flags=flags, length=length, arg0=arg0, arg1=arg1, arg2=arg2, arg3=arg3, tag=tag
-    )
-    word = 0
-    for name, field in COMMAND_LAYOUT:
-        v = int(values[name])
-        if not 0 <= v < (1 << field.width):
-            raise ValueError(f"command field {name}={v} does not fit in {field.width} bits")
-        word |= v << field.offset
+MATMUL_FLAGS = data.StructLayout({"accumulate": 1, "fmt": 3, "reserved": 4})  # fmt: Format
+REDUCE_FLAGS = data.StructLayout({"op": 2, "reserved": 6})  # op: ReduceOp
+FLAGS = data.UnionLayout({"matmul": MATMUL_FLAGS, "reduce": REDUCE_FLAGS, "bits": 8})
+SCALE_WORDS = data.StructLayout({"sa": 8, "sb": 8})  # FP MATMUL: first SA / SB word of the blocks
+ARG3 = data.UnionLayout({"scales": SCALE_WORDS, "bits": 16})
+
+COMMAND_LAYOUT = data.StructLayout(
+    {
+        "opcode": 8,  # Opcode
+        "flags": FLAGS,
+        "length": 16,  # MATMUL: K; REDUCE: count of accumulator words
+        "arg0": 16,  # MATMUL: A word address; REDUCE: source accumulator word
+        "arg1": 16,  # MATMUL: B word address
+        "arg2": 16,  # MATMUL: C (accumulator) word address; REDUCE: destination word
+        "arg3": ARG3,  # FP MATMUL: scale words; must be zero otherwise
+        "tag": 32,  # free for software: copied into ERR_CMD3 when the command faults
+    }
+)
+COMMAND_BITS = COMMAND_LAYOUT.size
+assert COMMAND_BITS == 128
+
+
+def _flatten(layout, offset: int = 0, path: str = "") -> dict[str, tuple[int, int]]:
+    """Every leaf field of a nested layout: dotted path -> (bit offset, width)."""
+    out = {}
+    for name, field in layout:
+        p = f"{path}{name}"
+        if isinstance(field.shape, data.Layout):
+            out[p] = (offset + field.offset, field.width)  # the group as raw bits
+            out.update(_flatten(field.shape, offset + field.offset, p + "."))
+        else:
+            out[p] = (offset + field.offset, field.width)
+    return out
+
+
+_FIELDS = _flatten(COMMAND_LAYOUT)  # computed once: packing is on the kernels' hot path
+
+
+def _put(word: int, path: str, value) -> int:
+    if isinstance(value, dict):
+        if path not in _FIELDS or not any(k.startswith(path + ".") for k in _FIELDS):
+            raise ValueError(f"command field {path} is a plain field, not a group")
+        for name, v in value.items():
+            sub = f"{path}.{name}"
+            if sub not in _FIELDS:
+                members = sorted({k[len(path) + 1:].split(".")[0] for k in _FIELDS if k.startswith(path + ".")})
+                raise ValueError(f"command field {path} has no member {name!r}; members: {members}")
+            word = _put(word, sub, v)
+        return word
+    try:
+        off, width = _FIELDS[path]
+    except KeyError:
+        raise ValueError(f"command has no field {path!r}; fields: {[n for n, _ in COMMAND_LAYOUT]}") from None
+    v = int(value)
+    if not 0 <= v < (1 << width):
+        raise ValueError(f"command field {path}={v} does not fit in {width} bits")
+    return word | (v << off)
+
+
+def pack_command(opcode: int, **fields) -> int:
+    """Pack one command into its 128-bit integer form, checking every field's width.
+
+    Each field takes an int (its raw bits) or, for ``flags`` and ``arg3``, a dict naming the
+    member layout: ``flags={"matmul": {"accumulate": 1}}``, ``arg3={"scales": {"sa": 2}}``.
+    """
+    word = _put(0, "opcode", opcode)
+    for name, value in fields.items():
+        word = _put(word, name, value)
     return word
 
 
-def unpack_command(word: int) -> dict[str, int]:
-    """Split a 128-bit command back into its fields (for diagnostics)."""
-    return {
-        name: (word >> field.offset) & ((1 << field.width) - 1) for name, field in COMMAND_LAYOUT
-    }
+def opcode_of(cmd: int) -> int:
+    """The opcode of a packed command."""
+    f = COMMAND_LAYOUT["opcode"]
+    return (cmd >> f.offset) & ((1 << f.width) - 1)
+
+
+def _unpack(layout, word: int) -> dict:
+    out = {}
+    for name, field in layout:
+        bits = (word >> field.offset) & ((1 << field.width) - 1)
+        out[name] = _unpack(field.shape, bits) if isinstance(field.shape, data.Layout) else bits
+    return out
+
+
+def unpack_command(cmd: int) -> dict[str, int]:
+    """The top-level fields of a packed command as raw integers (for diagnostics)."""
+    return {name: (cmd >> f.offset) & ((1 << f.width) - 1) for name, f in COMMAND_LAYOUT}
+
+
+def decode(cmd: int) -> dict:
+    """The fields of a packed command, with ``flags`` and ``arg3`` read as their opcode's layout."""
+    top = unpack_command(cmd)
+    op = top["opcode"]
+    if op == Opcode.MATMUL:
+        top["flags"] = _unpack(MATMUL_FLAGS, top["flags"])
+        top["arg3"] = _unpack(SCALE_WORDS, top["arg3"])
+    elif op == Opcode.REDUCE:
+        top["flags"] = _unpack(REDUCE_FLAGS, top["flags"])
+    return top
+
+
+# ---- constructors ---------------------------------------------------------------------------
+
+def matmul(*, a: int, b: int, c: int, k: int, accumulate: bool = False, fmt: Format = Format.INT8,
+           sa: int = 0, sb: int = 0, tag: int = 0) -> int:
+    """MATMUL: ``k`` steps of A from word ``a`` and B from word ``b`` into ROWS accumulator words
+    at ``c`` (added into them with ``accumulate``). FP formats read their block scales from SA
+    word ``sa`` and SB word ``sb`` onwards; the int8 path has none (``sa``/``sb`` must be 0)."""
+    fmt = Format(fmt)
+    if fmt == Format.INT8 and (sa or sb):
+        raise ValueError("an int8 MATMUL has no block scales: sa and sb must be 0")
+    return pack_command(Opcode.MATMUL, flags={"matmul": {"accumulate": int(bool(accumulate)), "fmt": int(fmt)}},
+                        length=k, arg0=a, arg1=b, arg2=c, arg3={"scales": {"sa": sa, "sb": sb}}, tag=tag)
+
+
+def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0) -> int:
+    """REDUCE: ``count`` accumulator words from ``src`` to one int32 in lane 0 of word ``dst``."""
+    return pack_command(Opcode.REDUCE, flags={"reduce": {"op": int(ReduceOp(op))}}, length=count, arg0=src,
+                        arg2=dst, tag=tag)
+
+
+def fence(tag: int = 0) -> int:
+    """FENCE: retires once every unit is idle."""
+    return pack_command(Opcode.FENCE, tag=tag)
+
+
+def nop(tag: int = 0) -> int:
+    return pack_command(Opcode.NOP, tag=tag)

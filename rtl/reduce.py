@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 from .config import ChipConfig
 from .ports import acc_port_members
 from .isa import ReduceOp
+from .revisions import Defect
 
 __all__ = ["ReductionUnit"]
 
@@ -36,7 +37,7 @@ class ReductionUnit(wiring.Component):
         From ``start`` until the result is written.
     """
 
-    def __init__(self, config: ChipConfig, defects: frozenset[str] = frozenset()):
+    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset()):
         self.config = config
         self.defects = frozenset(defects)
         super().__init__(
@@ -98,10 +99,10 @@ class ReductionUnit(wiring.Component):
         identity = Signal(32)
         m.d.comb += identity.eq(Mux(op == ReduceOp.SUM, 0, Mux(op == ReduceOp.MAX, 0x80000000, 0x7FFFFFFF)))
         fold = Mux(cf, word_result, _combine(op, total, word_result))
-        if "reduce_max_folds_from_zero" in self.defects:
+        if Defect.REDUCE_MAX_FOLDS_FROM_ZERO in self.defects:
             fold = Mux(cf & (op == ReduceOp.MAX), _combine(op, Const(0, 32), word_result), fold)
         take = cv
-        if "reduce_sum_drops_odd_last" in self.defects:
+        if Defect.REDUCE_SUM_DROPS_ODD_LAST in self.defects:
             take = cv & ~(cl & (op == ReduceOp.SUM) & count[0])
         with m.If(take):
             m.d.sync += total.eq(fold)

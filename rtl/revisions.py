@@ -1,60 +1,68 @@
 """Silicon revisions and the hardware defects each one has.
 
 A defect is a structural difference in the generated RTL, selected when the chip is
-elaborated for a revision. The names here are hardware facts ("what the RTL does"); the
-software's beliefs about them (errata ids, mitigations) live in ``workarounds/`` and are held
-against the real RTL by running reproducers on every revision.
+elaborated for a revision: the unit that has it tests ``Defect.X in self.defects``. The names
+here are hardware facts ("what the RTL does"); the software's beliefs about them (errata ids,
+mitigations) live in ``workarounds/`` and are held against the real RTL by running reproducers
+on every revision.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
-__all__ = ["Revision", "REVISIONS", "DEFECTS", "revision"]
+__all__ = ["Defect", "Revision", "REVISIONS", "revision"]
 
-DEFECTS: dict[str, str] = {
-    "engine_k1_ignores_accumulate": "matrix engine: a MATMUL with K == 1 writes C instead of adding into it",
-    "engine_b2b_stale_a_word": "matrix engine: a MATMUL starting with no gap after another reads its first A word "
-    "from the previous command's next address",
-    "reduce_max_folds_from_zero": "reduction unit: MAX starts its fold from 0 instead of the first word",
-    "reduce_sum_drops_odd_last": "reduction unit: SUM with an odd count drops the last word",
-    "operand_top_word_reads_zero": "operand SRAM B: the engine port reads the last word (depth-1) as 0",
-    "reduce_issues_before_drain": "command processor: REDUCE issues once the engine feed is free, before the "
-    "engine has written its last rows",
-    "fp8_subnormals_read_as_zero": "matrix engine: FP8 (E4M3, E5M2) subnormal operands are read as zero",
-}
+
+class Defect(enum.Enum):
+    """Every RTL defect any revision has; the value says what the hardware does."""
+
+    ENGINE_K1_IGNORES_ACCUMULATE = "matrix engine: a MATMUL with K == 1 writes C instead of adding into it"
+    ENGINE_B2B_STALE_A_WORD = ("matrix engine: a MATMUL starting with no gap after another reads its first A word "
+                               "from the previous command's next address")
+    REDUCE_MAX_FOLDS_FROM_ZERO = "reduction unit: MAX starts its fold from 0 instead of the first word"
+    REDUCE_SUM_DROPS_ODD_LAST = "reduction unit: SUM with an odd count drops the last word"
+    OPERAND_TOP_WORD_READS_ZERO = "operand SRAM B: the engine port reads the last word (depth-1) as 0"
+    REDUCE_ISSUES_BEFORE_DRAIN = ("command processor: REDUCE issues once the engine feed is free, before the "
+                                  "engine has written its last rows")
+    FP8_SUBNORMALS_READ_AS_ZERO = "matrix engine: FP8 (E4M3, E5M2) subnormal operands are read as zero"
 
 
 @dataclass(frozen=True)
 class Revision:
     name: str
     code: int
-    defects: frozenset[str]
+    defects: frozenset[Defect]
 
 
+D = Defect
 REVISIONS: dict[str, Revision] = {
     r.name: r
     for r in (
         Revision("A0", 0xA0, frozenset({
-            "engine_k1_ignores_accumulate", "engine_b2b_stale_a_word", "reduce_max_folds_from_zero",
-            "reduce_sum_drops_odd_last", "operand_top_word_reads_zero", "fp8_subnormals_read_as_zero",
+            D.ENGINE_K1_IGNORES_ACCUMULATE, D.ENGINE_B2B_STALE_A_WORD, D.REDUCE_MAX_FOLDS_FROM_ZERO,
+            D.REDUCE_SUM_DROPS_ODD_LAST, D.OPERAND_TOP_WORD_READS_ZERO, D.FP8_SUBNORMALS_READ_AS_ZERO,
         })),
         # A1: metal fix for the back-to-back feed and the odd SUM.
         Revision("A1", 0xA1, frozenset({
-            "engine_k1_ignores_accumulate", "reduce_max_folds_from_zero", "operand_top_word_reads_zero",
-            "fp8_subnormals_read_as_zero",
+            D.ENGINE_K1_IGNORES_ACCUMULATE, D.REDUCE_MAX_FOLDS_FROM_ZERO, D.OPERAND_TOP_WORD_READS_ZERO,
+            D.FP8_SUBNORMALS_READ_AS_ZERO,
         })),
         # B0: full respin fixes the rest, and its new issue logic lets REDUCE overtake the drain.
-        Revision("B0", 0xB0, frozenset({"reduce_issues_before_drain"})),
+        Revision("B0", 0xB0, frozenset({D.REDUCE_ISSUES_BEFORE_DRAIN})),
         # B1: metal fix of B0's issue logic; taped out, not yet assessed by the software team.
         Revision("B1", 0xB1, frozenset()),
     )
 }
-assert all(d in DEFECTS for r in REVISIONS.values() for d in r.defects)
+del D
+BY_CODE: dict[int, Revision] = {r.code: r for r in REVISIONS.values()}
+assert len(BY_CODE) == len(REVISIONS), "two revisions share a REV code"
 
 
 def revision(name: str) -> Revision:
+    """Look a revision up by name (case-insensitive); the error lists the known ones."""
     try:
-        return REVISIONS[name]
-    except KeyError:
+        return REVISIONS[name.upper()]
+    except (KeyError, AttributeError):
         raise ValueError(f"unknown revision {name!r}; known revisions: {', '.join(REVISIONS)}") from None

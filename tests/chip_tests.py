@@ -11,13 +11,15 @@ import cocotb
 import numpy as np
 
 import golden
+import workarounds
 from cosim.device import Device, DeviceTimeout
 from cosim.testbench import Testbench
 from kernels.gemm import gemm
 from kernels.layout import int32_to_words, words_to_int32
 from kernels.reduce import reduce_rows
-from rtl.csr_map import ID_MAGIC, REG, MemRegion
-from rtl.isa import ErrCode, Opcode, pack_command
+from rtl.csr_map import ID_MAGIC, REG
+from rtl.isa import ErrCode, Opcode, ReduceOp, matmul, pack_command, reduce
+from rtl.memories import Region
 
 SEED = int(os.environ.get("FIRSTLIGHT_SEED", "1"))
 
@@ -25,6 +27,11 @@ SEED = int(os.environ.get("FIRSTLIGHT_SEED", "1"))
 async def open_device(dut) -> Device:
     tb = Testbench(dut, clock=os.environ.get("FIRSTLIGHT_CLOCK", "hdl"))
     return await Device.open(tb)
+
+
+def mit(dev) -> workarounds.Mitigations:
+    """The chip's errata mitigations (auto policy, from its REV), attached before a kernel call."""
+    return workarounds.attach(dev)
 
 
 def rng_for(name: str) -> np.random.Generator:
@@ -57,9 +64,9 @@ async def backdoor_matches_front_door(dut):
     """The backdoor (simulator handles) and the window (real bus path) see the same words."""
     dev = await open_device(dut)
     rng = rng_for("backdoor")
-    for region, name in ((MemRegion.A, "A"), (MemRegion.B, "B"), (MemRegion.ACC, "ACC"), (MemRegion.CMDQ, "CMDQ")):
+    for region, name in ((Region.A, "A"), (Region.B, "B"), (Region.ACC, "ACC"), (Region.CMDQ, "CMDQ")):
         depth = dev.mem_depth(region)
-        width = dev._mems[region].width
+        width = dev.mem_width(region)
         chunks = max(1, width // 32)
         addrs = [0, 1, depth - 1]
         words = [int(rng.integers(0, 2**63)) * (2**64) + int(rng.integers(0, 2**63)) for _ in addrs]
@@ -85,9 +92,9 @@ async def gemm_shapes_bit_exact(dut):
     for m, n, k in GEMM_SHAPES:
         a = rng.integers(-128, 128, (m, k), dtype=np.int8)
         b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-        c, stats = await gemm(dev, a, b)
+        c, stats = await gemm(dev, a, b, mitigations=mit(dev))
         assert_equal(c, golden.gemm_int8(a, b), f"gemm {m}x{n}x{k}")
-        assert stats["macs_issued"] >= m * n * k
+        assert stats.macs_issued >= m * n * k
 
 
 @cocotb.test()
@@ -97,14 +104,14 @@ async def gemm_extremes_wrap(dut):
     k = 131073
     a = np.full((1, k), -128, np.int8)
     b = np.full((k, 1), -128, np.int8)
-    c, _ = await gemm(dev, a, b)
+    c, _ = await gemm(dev, a, b, mitigations=mit(dev))
     ref = golden.gemm_int8(a, b)
     assert int(ref[0, 0]) == -2147467264  # spec: (16384 * 131073) mod 2**32, as signed
     assert_equal(c, ref, "wrapping gemm")
     rng = rng_for("extremes")
     a = rng.choice(np.array([-128, 127], np.int8), (6, 300))
     b = rng.choice(np.array([-128, 127], np.int8), (300, 5))
-    c, _ = await gemm(dev, a, b)
+    c, _ = await gemm(dev, a, b, mitigations=mit(dev))
     assert_equal(c, golden.gemm_int8(a, b), "extreme-value gemm")
 
 
@@ -121,7 +128,7 @@ async def reductions_bit_exact(dut):
         (rng.integers(-(2**31), 2**31, (2, 5000), dtype=np.int64).astype(np.int32), "min"),  # two rounds
     ]
     for x, op in cases:
-        got, _ = await reduce_rows(dev, x, op)
+        got, _ = await reduce_rows(dev, x, op, mitigations=mit(dev))
         assert_equal(got, golden.reduce_rows(x, op), f"reduce {op} {x.shape}")
 
 
@@ -129,32 +136,32 @@ async def reductions_bit_exact(dut):
 async def bad_commands_set_err_and_chip_recovers(dut):
     dev = await open_device(dut)
     cfg = dev.config
-    dev.load_words(MemRegion.A, 0, [0x01010101] * 4)
-    dev.load_words(MemRegion.B, 0, [0x01010101] * 4)
+    dev.load_words(Region.A, 0, [0x01010101] * 4)
+    dev.load_words(Region.B, 0, [0x01010101] * 4)
     bad = pack_command(0x7E, tag=0xBAD)
-    good = pack_command(Opcode.MATMUL, length=4, arg0=0, arg1=0, arg2=0)
+    good = matmul(a=0, b=0, c=0, k=4)
     await dev.run([bad, good])
     assert await dev.read_csr("ERR") == ErrCode.BAD_OPCODE
     words = [await dev.read_csr(f"ERR_CMD{i}") for i in range(4)]
     assert sum(w << (32 * i) for i, w in enumerate(words)) == bad
     assert await dev.read_csr("ERR_COUNT") == 1
     assert await dev.read_csr("DONE_COUNT") == 1, "the good MATMUL after the bad command must retire"
-    c = words_to_int32(dev.read_words(MemRegion.ACC, 0, cfg.rows), cfg.lanes)
+    c = words_to_int32(dev.read_words(Region.ACC, 0, cfg.rows), cfg.lanes)
     assert (c[:, : cfg.cols] == 4).all(), f"MATMUL after a dropped command gave {c}"
     # Range errors are caught as well, and clear_err clears them.
-    await dev.write_csr("CTRL", REG["CTRL"].field("clear_err").mask)
+    await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
     assert await dev.read_csr("ERR") == 0
-    await dev.run([pack_command(Opcode.MATMUL, length=8, arg0=cfg.operand_depth - 4)])
+    await dev.run([matmul(a=cfg.operand_depth - 4, b=0, c=0, k=8)])
     assert await dev.read_csr("ERR") == ErrCode.A_RANGE
-    await dev.write_csr("CTRL", REG["CTRL"].field("clear_err").mask)
-    await dev.run([pack_command(Opcode.REDUCE, flags=3, length=1)])
+    await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
+    await dev.run([pack_command(Opcode.REDUCE, flags={"reduce": {"op": 3}}, length=1)])  # no ReduceOp 3
     assert await dev.read_csr("ERR") == ErrCode.BAD_REDUCE_OP
 
 
 @cocotb.test()
 async def watchdog_reports_state_instead_of_hanging(dut):
     dev = await open_device(dut)
-    long_mm = pack_command(Opcode.MATMUL, length=1000, tag=0x77)
+    long_mm = matmul(a=0, b=0, c=0, k=1000, tag=0x77)
     await dev.submit([long_mm])
     try:
         await dev.wait_idle(budget_cycles=50)
@@ -166,11 +173,10 @@ async def watchdog_reports_state_instead_of_hanging(dut):
     else:
         raise AssertionError("a 1000-cycle MATMUL finished inside a 50-cycle watchdog")
     # soft reset brings the chip back without a power cycle
-    await dev.write_csr("CTRL", REG["CTRL"].field("soft_reset").mask)
-    dev._tail = 0
+    await dev.soft_reset()
     await dev.wait_idle(budget_cycles=100)
     x = np.arange(8, dtype=np.int32).reshape(1, 8)
-    got, _ = await reduce_rows(dev, x, "sum")
+    got, _ = await reduce_rows(dev, x, "sum", mitigations=mit(dev))
     assert int(got[0]) == 28
 
 
@@ -180,6 +186,6 @@ async def perf_counters_consistent(dut):
     cfg = dev.config
     a = np.ones((cfg.rows, 50), np.int8)
     b = np.ones((50, cfg.cols), np.int8)
-    _, st = await gemm(dev, a, b)
-    assert st["macs_issued"] == cfg.rows * cfg.cols * 50
-    assert st["cycles"] >= st["engine_busy_cycles"] >= 50
+    _, st = await gemm(dev, a, b, mitigations=mit(dev))
+    assert st.macs_issued == cfg.rows * cfg.cols * 50
+    assert st.cycles >= st.engine_busy_cycles >= 50

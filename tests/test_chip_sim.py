@@ -40,5 +40,7 @@ def test_gpi_clock_mode_runs_a_kernel(tmp_path):
     from cosim.jobs import run_job
 
     require_sim("verilator")
-    res = run_job("firstlight.sim_jobs:gemm_job", {"m": 9, "n": 6, "k": 21, "seed": 5}, clock="gpi", work_dir=tmp_path)
+    from firstlight.jobs.kernels import gemm_job
+
+    res = run_job(gemm_job, {"m": 9, "n": 6, "k": 21, "seed": 5}, clock="gpi", work_dir=tmp_path)
     assert res.value["passed"], res.value["mismatch"]

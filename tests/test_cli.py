@@ -146,3 +146,203 @@ def test_numerics_bad_input(capsys):
 def test_bad_formats_exit_2(capsys):
     assert cli.main(["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--formats", "int8", "fp9"]) == cli.EXIT_CANNOT_START
     assert "including 'int8'" in capsys.readouterr().err
+
+
+
+def _parsers(parser, path=()):
+    """Every (command path, parser) reachable from ``parser``, the top one first."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+
+
+def test_every_help_exits_0(capsys):
+    paths = [path for path, _ in _parsers(cli.build_parser())]
+    assert {("run", "gemm"), ("run", "reduce"), ("bench",), ("bringup",), ("numerics",), ("errata", "list"),
+            ("errata", "measure")} <= set(paths)
+    for path in paths:
+        assert cli.main([*path, "--help"]) == cli.EXIT_OK, path
+    assert "usage: firstlight" in capsys.readouterr().out
+
+
+def test_simulator_choices_come_from_the_toolchain():
+    from cosim.toolchain import SIMULATORS
+
+    seen = []
+    for path, p in _parsers(cli.build_parser()):
+        for action in p._actions:
+            if {"--sim", "--sims"} & set(action.option_strings):
+                assert tuple(action.choices) == SIMULATORS, path
+                seen.append(path)
+    assert len(seen) == 7, seen  # run gemm/reduce, bench, bringup, numerics, errata check/measure
+
+
+def test_bringup_help_names_every_fault_form(capsys):
+    from rtl.faults import FAULT_SYNTAX
+
+    assert cli.main(["bringup", "--help"]) == cli.EXIT_OK
+    text = capsys.readouterr().out
+    for form in FAULT_SYNTAX.split(", "):
+        assert form in text
+
+
+def test_python_dash_m_runs_the_same_cli():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "firstlight.cli", "run", "gemm", "--m", "0", "--n", "1", "--k", "1"],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == cli.EXIT_CANNOT_START and "positive integer" in r.stderr
+
+
+def test_no_command_module_imports_the_cli_package():
+    """The command modules share firstlight.cli.common; importing the package itself would be a circle."""
+    import ast
+    from pathlib import Path
+
+    for path in Path(cli.__file__).parent.glob("*.py"):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                bad = any(a.name == "firstlight.cli" for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                bad = (node.level == 0 and node.module == "firstlight.cli") or (
+                    node.level == 0 and node.module == "firstlight" and any(a.name == "cli" for a in node.names)
+                ) or (node.level == 1 and node.module is None)  # from . import x
+            else:
+                continue
+            assert not bad, f"{path.name}:{node.lineno} imports the firstlight.cli package"
+
+
+# ---- the commands' wiring, with the simulator faked (no build, no run) -----------------------------
+
+_STATS = {"shape": [2, 3, 4], "array": "4x4", "revision": "A0", "cycles": 10, "ideal_cycles": 2,
+          "utilization": 0.2, "wall_s": 0.1, "python_share": 0.5, "sim_cycles_per_s": 100.0,
+          "mitigations": ["FL-ME-001"], "errata_status": {"FL-ME-002": "Vulnerable"},
+          "errata_warnings": ["FL-ME-002 is off"]}
+
+
+@pytest.fixture
+def fake_jobs(monkeypatch):
+    """``cosim.jobs.run_job`` and the simulator check replaced: the calls are recorded."""
+    from types import SimpleNamespace
+
+    from cosim import jobs
+    from firstlight.cli import bench, bringup, errata, numerics, run
+
+    calls = []
+
+    def run_job(fn, kwargs=None, **kw):
+        calls.append((fn, kwargs, kw))
+        recs = [{"type": "bench", "shape": s, "passed": True, "mismatch": None, "stats": _STATS}
+                for s in (kwargs or {}).get("shapes", [])]
+        return SimpleNamespace(value={"passed": True, "mismatch": None, "stats": _STATS}, records=recs, run_s=1.0,
+                               build=SimpleNamespace(build_s=0.5, cache_hit=True), waves=None)
+
+    monkeypatch.setattr(jobs, "run_job", run_job)
+    for mod in (bench, bringup, errata, numerics, run):
+        monkeypatch.setattr(mod, "require_sim", lambda name: None, raising=False)
+    return calls
+
+
+def test_run_hands_the_job_function_and_its_policy(fake_jobs, tmp_path, capsys):
+    from firstlight.jobs import kernels as kernel_jobs
+    from workarounds import parse_policy
+
+    out = tmp_path / "r.json"
+    argv = ["run", "gemm", "--m", "2", "--n", "3", "--k", "4", "--errata-policy", "FL-ME-002=off", "--json", str(out)]
+    assert cli.main(argv) == cli.EXIT_OK
+    fn, kwargs, kw = fake_jobs[-1]
+    assert fn is kernel_jobs.gemm_job and "errata_policy" not in kw and kw["sim"] == "verilator"
+    assert kwargs == {"m": 2, "n": 3, "k": 4, "seed": 1, "extremes": False,
+                      "errata_policy": parse_policy(["FL-ME-002=off"])}
+    d = json.loads(out.read_text())
+    assert d["passed"] and d["cycles"] == 10 and d["build_cache_hit"] and d["mitigations"] == ["FL-ME-001"]
+    assert "FL-ME-002 is off" in capsys.readouterr().err
+    assert cli.main(["run", "reduce", "--rows", "2", "--cols", "5", "--op", "max", "--extremes"]) == cli.EXIT_OK
+    fn, kwargs, _ = fake_jobs[-1]
+    assert fn is kernel_jobs.reduce_job
+    assert kwargs == {"rows": 2, "cols": 5, "op": "max", "seed": 1, "extremes": True, "errata_policy": {}}
+
+
+def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from cosim import build
+    from firstlight.cli import bench
+    from firstlight.jobs import kernels as kernel_jobs
+
+    monkeypatch.setattr(build, "build_simulator", lambda variant, sim: SimpleNamespace(first_build_s=2.0, build_s=0.01))
+    monkeypatch.setattr(bench, "available_simulators", lambda: {"verilator": object()})
+    out = tmp_path / "b.json"
+    assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "3X4X5", "--json", str(out)]) == cli.EXIT_OK
+    fn, kwargs, kw = fake_jobs[-1]
+    assert fn is kernel_jobs.bench_job and kw["sim"] == "verilator"
+    assert kwargs == {"shapes": [[2, 2, 2], [3, 4, 5]], "seed": 1, "errata_policy": {}}
+    assert [r["shape"] for r in json.loads(out.read_text())] == ["2x2x2", "3x4x5"]
+    assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2"]) == cli.EXIT_CANNOT_START
+
+
+def test_bringup_and_numerics_hand_their_arguments_on(fake_jobs, monkeypatch):
+    import firstlight.bringup.run
+    import firstlight.numerics
+    from golden.quant import RECIPES
+
+    got = {}
+    monkeypatch.setattr(firstlight.bringup.run, "run_bringup", lambda **kw: got.update(bringup=kw) or {"passed": False})
+    assert cli.main(["bringup", "--inject", "sram:ACC:stuck1:addr=5:bit=7", "--sram-depth", "64", "--only", "reset",
+                     "--watchdog", "500"]) == cli.EXIT_FAIL
+    kw = got["bringup"]
+    assert kw["variant"].faults == ("sram:ACC:stuck1:addr=5:bit=7",) and kw["variant"].config.acc_depth == 64
+    assert kw["only"] == ["reset"] and kw["watchdog_cycles"] == 500 and kw["sim"] == "verilator"
+    monkeypatch.setattr(firstlight.numerics, "run_numerics",
+                        lambda **kw: got.update(numerics=kw) or {"all_bit_identical": True, "error": None})
+    assert cli.main(["numerics", "--k", "64", "--no-erratum"]) == cli.EXIT_OK
+    kw = got["numerics"]
+    assert kw["recipes"] == list(RECIPES) and kw["ks"] == [64] and kw["revision"] == "B0" and not kw["erratum"]
+
+
+def test_errata_check_reports_what_the_reproducers_saw(fake_jobs, monkeypatch, tmp_path, capsys):
+    import firstlight.jobs.errata as errata_jobs
+    from workarounds import ERRATA
+
+    observed = {e.id: {"fired": "A1" in e.affected, "detail": "seen"} for e in ERRATA}
+    monkeypatch.setattr(errata_jobs, "check_revision", lambda rev, sim: (observed, None))
+    out = tmp_path / "c.json"
+    assert cli.main(["errata", "check", "--rev", "A1", "--json", str(out)]) == cli.EXIT_OK
+    rows = json.loads(out.read_text())["rows"]
+    assert all(isinstance(r["unit"], str) for r in rows) and {r["verdict"] for r in rows} <= {"ok", "not applicable"}
+    first = ERRATA[0].id
+    partial = {k: v for k, v in observed.items() if k != first}
+    monkeypatch.setattr(errata_jobs, "check_revision", lambda rev, sim: (partial, "the simulator crashed"))
+    assert cli.main(["errata", "check", "--rev", "A1"]) == cli.EXIT_FAIL
+    err = capsys.readouterr().err
+    assert "the check did not finish: the simulator crashed" in err and first in err
+
+
+def test_errata_measure_writes_costs_and_page(fake_jobs, monkeypatch, tmp_path, capsys):
+    import firstlight.jobs.errata as errata_jobs
+    import workarounds.docs
+    from firstlight.cli import errata as errata_cmd
+    from workarounds import ERRATA
+    from workarounds.registry import ASSESSED_REVISIONS
+
+    cells = [{"id": e.id, "revision": r, "policy": p, "passed": errata_jobs.expected_cell_pass(
+              {"id": e.id, "revision": r, "policy": p}), "cycles": 100 if p == "off" else 120, "mismatch": None}
+             for e in ERRATA for r in ASSESSED_REVISIONS for p in ("on", "off")]
+    scale = [{"id": e.id, "revision": r, "policy": p, "cycles": 1000, "passed": True}
+             for e in ERRATA if e.scale for r in e.affected if r in ASSESSED_REVISIONS for p in ("on", "off")]
+    monkeypatch.setattr(errata_jobs, "run_matrix", lambda sim, seed: (cells, []))
+    monkeypatch.setattr(errata_jobs, "run_scale", lambda sim, seed: (scale, ["A0: scale job failed: boom"]))
+    monkeypatch.setattr(workarounds.docs, "COSTS_PATH", tmp_path / "costs.json")
+    monkeypatch.setattr(errata_cmd, "DOCS_PATH", tmp_path / "errata.md")
+    assert cli.main(["errata", "measure"]) == cli.EXIT_FAIL  # a problem makes it exit 1
+    assert json.loads((tmp_path / "costs.json").read_text()) == errata_jobs.costs_from(cells, scale)
+    assert (tmp_path / "errata.md").read_text() == workarounds.docs.render(errata_jobs.costs_from(cells, scale))
+    captured = capsys.readouterr()
+    assert "errata regression matrix" in captured.out and "UNEXPECTED: A0: scale job failed: boom" in captured.err

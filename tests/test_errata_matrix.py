@@ -13,6 +13,7 @@ import pytest
 from conftest import SEED, require_sim
 from cosim.build import Variant
 from cosim.jobs import run_job
+from firstlight.jobs.errata import errata_check_job, errata_matrix_job, expected_cell_pass
 from workarounds import ERRATA
 from workarounds.check import compare
 from workarounds.registry import ASSESSED_REVISIONS
@@ -23,7 +24,7 @@ _CACHE: dict = {}
 def _matrix(sim: str, rev: str) -> list[dict]:
     key = (sim, rev)
     if key not in _CACHE:
-        res = run_job("firstlight.sim_jobs:errata_matrix_job", {"seed": SEED}, variant=Variant(revision=rev), sim=sim)
+        res = run_job(errata_matrix_job, {"seed": SEED}, variant=Variant(revision=rev), sim=sim)
         _CACHE[key] = [r for r in res.records if r.get("type") == "cell"]
     return _CACHE[key]
 
@@ -37,8 +38,7 @@ def test_matrix_fails_exactly_where_affected_and_off(sim_name, rev):
     assert {(c["id"], c["policy"]) for c in cells} == {(e.id, p) for e in ERRATA for p in ("on", "off")}
     wrong = []
     for c in cells:
-        e = next(e for e in ERRATA if e.id == c["id"])
-        expect_pass = not (rev in e.affected and c["policy"] == "off")
+        expect_pass = expected_cell_pass(c)
         if c["passed"] != expect_pass:
             wrong.append(f"{c['id']} mitigation {c['policy']}: {'passed' if c['passed'] else 'failed'}, expected "
                          f"{'pass' if expect_pass else 'fail'} ({c['mismatch']})")
@@ -61,7 +61,7 @@ def test_registry_affected_lists_match_the_rtl(sim_name, rev):
 def test_check_reports_a_wrong_registry_entry(tmp_path):
     """Edit a record's affected list to be wrong: the check on real observations says so."""
     require_sim("verilator")
-    res = run_job("firstlight.sim_jobs:errata_check_job", {}, variant=Variant(revision="A1"), work_dir=tmp_path)
+    res = run_job(errata_check_job, {}, variant=Variant(revision="A1"), work_dir=tmp_path)
     observed = res.value["reproducers"]
     assert {r["verdict"] for r in compare("A1", observed)} == {"ok"}
     me001 = next(e for e in ERRATA if e.id == "FL-ME-001")

@@ -10,7 +10,9 @@ import pytest
 from kernels.gemm import plan_gemm
 from rtl.config import ChipConfig
 from rtl.isa import Opcode, pack_command
+from rtl.revisions import Defect
 from workarounds import ERRATA, ErratumWarning, parse_policy, resolve
+from workarounds.cells import GemmCell, LowpCell, ReduceCell
 from workarounds.check import compare
 from workarounds.docs import render
 from workarounds.lint import lint
@@ -26,9 +28,21 @@ def test_registry_is_clean():
 @pytest.mark.parametrize(
     "change, needle",
     [
-        ({"defect": "engine_made_up"}, "which rtl/revisions.py does not have"),
+        ({"defect": "engine_made_up"}, "defect must be an rtl.revisions.Defect, not 'engine_made_up'"),
+        ({"defect": Defect.REDUCE_ISSUES_BEFORE_DRAIN}, "rtl/revisions.py gives A0 no REDUCE_ISSUES_BEFORE_DRAIN"),
         ({"affected": ("A0", "Z9")}, "unknown revision 'Z9'"),
-        ({"unit": "dma"}, "unknown unit 'dma'"),
+        ({"unit": "dma"}, "unit must be a workarounds.Unit, not 'dma'"),
+        ({"id": "FL-XX-001"}, "id must look like FL-<ME|RU|SR|CP|NU>-NNN"),
+        ({"cell": ReduceCell(rows=2, cols=3, op="avg")}, "op 'avg' is not one of sum, max, min"),
+        ({"cell": LowpCell(recipe="fp7", dist="normal", m=1, n=1, k=1)}, "unknown recipe 'fp7'"),
+        ({"cell": LowpCell(recipe="int8-tensor", dist="wide", m=1, n=1, k=1)}, "unknown distribution 'wide'"),
+        ({"cell": GemmCell(m=0, n=4, k=4)}, "m must be a positive integer"),
+        ({"cell": {"kernel": "gemm", "m": 4}}, "is not one of GemmCell"),
+        ({"knobs": {"gemm": {"avoid_unit_chunks": True}}}, "GemmConstraints has no knob 'avoid_unit_chunks'"),
+        ({"knobs": {"gemm": {"avoid_unit_chunk": 1}}}, "GemmConstraints.avoid_unit_chunk takes bool"),
+        ({"knobs": {"dma": {}}}, "unknown knob family 'dma'"),
+        ({"knobs": {}}, "a kernel mitigation must set constraint knobs"),
+        ({"mitigation_kind": "stream"}, "a stream mitigation needs a pass"),
         ({"reproducer": "repro_nothing"}, "reproducer 'repro_nothing' does not exist"),
         ({"mitigation": ""}, "needs a mitigation"),
         ({"fixed_in": "A0"}, "also listed as affected"),
@@ -38,6 +52,23 @@ def test_lint_catches_a_broken_record(change, needle):
     broken = dataclasses.replace(ERRATA[0], **change)
     problems = lint((broken, *ERRATA[1:]))
     assert any(needle in p for p in problems), problems
+
+
+def test_resolution_refuses_an_unknown_erratum_id():
+    r = resolve("A0")
+    assert r.on("FL-ME-002") is True
+    with pytest.raises(KeyError, match="unknown erratum 'FL-ME-02'"):
+        r.on("FL-ME-02")  # a misspelt id must not read as "not active"
+
+
+def test_constraints_follow_the_active_records():
+    from workarounds.constraints import constraints_for
+
+    by_id = {e.id: e for e in ERRATA}
+    k = constraints_for([by_id["FL-ME-001"], by_id["FL-SR-001"], by_id["FL-RU-001"]])
+    assert k["gemm"].avoid_unit_chunk and k["gemm"].b_reserved_top_words == 1
+    assert not k["gemm"].repeat_first_a_word and k["reduce"].max_via_min and not k["reduce"].even_sum_count
+    assert constraints_for([]) == {n: type(v)() for n, v in k.items()}, "no records: the chip as specified"
 
 
 def test_lint_catches_duplicate_ids():

@@ -9,8 +9,8 @@ import pytest
 import golden
 from conftest import SEED
 from rtl.config import ChipConfig
-from rtl.csr_map import MemRegion
-from rtl.isa import FORMAT_SHIFT, MATMUL_FLAG_ACCUMULATE, Format, Opcode, pack_command
+from rtl.isa import Format, matmul
+from rtl.memories import Region
 from test_rtl_units import csr, pack_a_words, pack_b_words, read_acc_rows, run_chip, submit, wait_idle, write_words
 
 CFG = ChipConfig(rows=2, cols=2, operand_depth=128, acc_depth=16, cmdq_depth=8)  # A and B need 96 words
@@ -35,18 +35,17 @@ def test_fp_matmul_two_blocks_then_accumulate(fmt):
     a2, b2 = _codes(rng, fmt, (2, 32)), _codes(rng, fmt, (32, 2))
     sa = rng.integers(118, 137, (2, 2), dtype=np.uint8)
     sb = rng.integers(118, 137, (2, 2), dtype=np.uint8)
-    fcode = int(Format[fmt.upper()]) << FORMAT_SHIFT
+    fcode = Format[fmt.upper()]
 
     async def body(ctx, dut, out):
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a1.view(np.int8)) + pack_a_words(a2.view(np.int8)))
-        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b1.view(np.int8)) + pack_b_words(b2.view(np.int8)))
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a1.view(np.int8)) + pack_a_words(a2.view(np.int8)))
+        await write_words(ctx, dut, Region.B, 0, pack_b_words(b1.view(np.int8)) + pack_b_words(b2.view(np.int8)))
         # SA word w: byte i = row i's scale for block w; SB word w: byte j = column j's scale
-        await write_words(ctx, dut, MemRegion.SA, 0, [int(sa[0, w]) | int(sa[1, w]) << 8 for w in range(2)])
-        await write_words(ctx, dut, MemRegion.SB, 0, [int(sb[w, 0]) | int(sb[w, 1]) << 8 for w in range(2)])
+        await write_words(ctx, dut, Region.SA, 0, [int(sa[0, w]) | int(sa[1, w]) << 8 for w in range(2)])
+        await write_words(ctx, dut, Region.SB, 0, [int(sb[w, 0]) | int(sb[w, 1]) << 8 for w in range(2)])
         await submit(ctx, dut, [
-            pack_command(Opcode.MATMUL, flags=fcode, length=k, arg0=0, arg1=0, arg2=0, arg3=0),
-            pack_command(Opcode.MATMUL, flags=fcode | MATMUL_FLAG_ACCUMULATE, length=32, arg0=k, arg1=k, arg2=0,
-                         arg3=1 | (1 << 8)),
+            matmul(a=0, b=0, c=0, k=k, fmt=fcode),
+            matmul(a=k, b=k, c=0, k=32, fmt=fcode, accumulate=True, sa=1, sb=1),
         ])
         await wait_idle(ctx, dut, fmt, polls=400)
         out["acc"] = await read_acc_rows(ctx, dut, 0, 2)
@@ -65,20 +64,19 @@ def test_fp_matmul_two_blocks_then_accumulate(fmt):
 def test_fp_command_checks():
     """BAD_FORMAT (a format the chip lacks), SCALE_RANGE at its boundary, reserved flag bits."""
     from rtl.csr_map import REG
-    from rtl.isa import ErrCode
+    from rtl.isa import ErrCode, Opcode, pack_command
 
     cfg_e4m3 = ChipConfig(rows=2, cols=2, operand_depth=128, acc_depth=16, cmdq_depth=8, formats=("int8", "e4m3"))
-    e5 = int(Format.E5M2) << FORMAT_SHIFT
-    e4 = int(Format.E4M3) << FORMAT_SHIFT
+    e5, e4 = Format.E5M2, Format.E4M3
     depth = cfg_e4m3.scale_depth  # 4 scale words
     cases = [
-        (pack_command(Opcode.MATMUL, flags=e5, length=32), ErrCode.BAD_FORMAT),
-        (pack_command(Opcode.MATMUL, flags=e4, length=64, arg3=depth - 2), ErrCode.NONE),  # last two words
-        (pack_command(Opcode.MATMUL, flags=e4, length=64, arg3=depth - 1), ErrCode.SCALE_RANGE),
-        (pack_command(Opcode.MATMUL, flags=e4, length=32, arg3=(depth - 1) << 8), ErrCode.NONE),
-        (pack_command(Opcode.MATMUL, flags=e4, length=33, arg3=(depth - 1) << 8), ErrCode.SCALE_RANGE),
-        (pack_command(Opcode.MATMUL, flags=0x80, length=4), ErrCode.RESERVED_NONZERO),
-        (pack_command(Opcode.REDUCE, flags=0x04, length=1), ErrCode.RESERVED_NONZERO),
+        (matmul(a=0, b=0, c=0, k=32, fmt=e5), ErrCode.BAD_FORMAT),
+        (matmul(a=0, b=0, c=0, k=64, fmt=e4, sa=depth - 2), ErrCode.NONE),  # last two words
+        (matmul(a=0, b=0, c=0, k=64, fmt=e4, sa=depth - 1), ErrCode.SCALE_RANGE),
+        (matmul(a=0, b=0, c=0, k=32, fmt=e4, sb=depth - 1), ErrCode.NONE),
+        (matmul(a=0, b=0, c=0, k=33, fmt=e4, sb=depth - 1), ErrCode.SCALE_RANGE),
+        (pack_command(Opcode.MATMUL, flags={"matmul": {"reserved": 0x8}}, length=4), ErrCode.RESERVED_NONZERO),
+        (pack_command(Opcode.REDUCE, flags={"reduce": {"reserved": 0x1}}, length=1), ErrCode.RESERVED_NONZERO),
         (pack_command(Opcode.NOP, flags=0x01), ErrCode.RESERVED_NONZERO),
         (pack_command(0x7E, flags=0x01), ErrCode.BAD_OPCODE),  # an unknown opcode is reported as such
     ]
@@ -106,11 +104,11 @@ def test_fp_matmul_short_and_partial_blocks(k):
     sb = rng.integers(118, 137, (nblk, 2), dtype=np.uint8)
 
     async def body(ctx, dut, out):
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a.view(np.int8)))
-        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b.view(np.int8)))
-        await write_words(ctx, dut, MemRegion.SA, 0, [int(sa[0, w]) | int(sa[1, w]) << 8 for w in range(nblk)])
-        await write_words(ctx, dut, MemRegion.SB, 0, [int(sb[w, 0]) | int(sb[w, 1]) << 8 for w in range(nblk)])
-        await submit(ctx, dut, [pack_command(Opcode.MATMUL, flags=int(Format.E4M3) << FORMAT_SHIFT, length=k)])
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a.view(np.int8)))
+        await write_words(ctx, dut, Region.B, 0, pack_b_words(b.view(np.int8)))
+        await write_words(ctx, dut, Region.SA, 0, [int(sa[0, w]) | int(sa[1, w]) << 8 for w in range(nblk)])
+        await write_words(ctx, dut, Region.SB, 0, [int(sb[w, 0]) | int(sb[w, 1]) << 8 for w in range(nblk)])
+        await submit(ctx, dut, [matmul(a=0, b=0, c=0, k=k, fmt=Format.E4M3)])
         await wait_idle(ctx, dut, f"K={k}", polls=400)
         out["acc"] = await read_acc_rows(ctx, dut, 0, 2)
         out["err"] = await csr(ctx, dut, "ERR")

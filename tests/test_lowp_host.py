@@ -7,7 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from kernels.lowp import _flush_subnormal_codes, gemm_lowp
+from golden.quant import flush_subnormals as _flush_subnormal_codes
+from kernels.lowp import gemm_lowp
 
 A = np.ones((4, 32), np.float32)
 B = np.ones((32, 4), np.float32)
@@ -25,7 +26,7 @@ B = np.ones((32, 4), np.float32)
 )
 def test_gemm_lowp_rejects_bad_input_before_touching_the_chip(a, b, recipe, err, msg):
     with pytest.raises(err, match=msg):
-        asyncio.run(gemm_lowp(None, a, b, recipe))
+        asyncio.run(gemm_lowp(None, a, b, recipe, mitigations=None))
 
 
 def test_flush_subnormal_codes_keeps_sign_and_normals():

@@ -1,4 +1,4 @@
-"""Tests for the host-side quantizers in ``kernels/quant.py``.
+"""Tests for the host-side quantizers in ``golden/quant.py``.
 
 Expected values come from outside the implementation: hand-computed literals, the element
 decoding formula of ``docs/numerics.md`` evaluated with Python integers and ``Fraction``
@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from kernels.quant import (
+from golden.quant import (
     FORMATS,
     RECIPES,
     Recipe,

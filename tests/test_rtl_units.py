@@ -25,9 +25,10 @@ from golden import gemm_int8, gemm_int8_accumulate, reduce_rows
 from rtl.chip import Chip
 from rtl.revisions import REVISIONS
 from rtl.config import ChipConfig
-from rtl.csr_map import ID_MAGIC, REG, REGISTERS, MemRegion
+from rtl.csr_map import ID_MAGIC, REG, REGISTERS, Access
+from rtl.memories import Region
 from rtl.engine import MatrixEngine
-from rtl.isa import MATMUL_FLAG_ACCUMULATE, ErrCode, Opcode, ReduceOp, pack_command
+from rtl.isa import ErrCode, Opcode, ReduceOp, pack_command
 from rtl.reduce import ReductionUnit
 
 BASE_SEED = int(os.environ.get("FIRSTLIGHT_SEED", "20261130"))
@@ -652,7 +653,7 @@ async def write_words(ctx, dut, region, first_word, words):
 
 async def read_acc_rows(ctx, dut, first_word, n):
     lanes = dut.config.lanes
-    flat = await win_read(ctx, dut, MemRegion.ACC, first_word * lanes, n * lanes)
+    flat = await win_read(ctx, dut, Region.ACC, first_word * lanes, n * lanes)
     rows = []
     for r in range(n):
         word = sum(flat[r * lanes + j] << (32 * j) for j in range(lanes))
@@ -672,13 +673,13 @@ async def submit(ctx, dut, cmds, first_entry=0):
     """Write commands into the ring from ``first_entry`` and ring the doorbell."""
     depth = dut.config.cmdq_depth
     for n, cmd in enumerate(cmds):
-        await win_write(ctx, dut, MemRegion.CMDQ, ((first_entry + n) % depth) * 4, cmd_chunks(cmd))
+        await win_write(ctx, dut, Region.CMDQ, ((first_entry + n) % depth) * 4, cmd_chunks(cmd))
     await csr(ctx, dut, "CMDQ_TAIL", (first_entry + len(cmds)) % depth)
 
 
 def matmul_cmd(k, a, b, c, accumulate=False, tag=0):
     return pack_command(
-        Opcode.MATMUL, flags=MATMUL_FLAG_ACCUMULATE if accumulate else 0, length=k, arg0=a, arg1=b, arg2=c, tag=tag
+        Opcode.MATMUL, flags={"matmul": {"accumulate": int(accumulate)}}, length=k, arg0=a, arg1=b, arg2=c, tag=tag
     )
 
 
@@ -725,7 +726,7 @@ def test_chip_documented_reset_values():
 
     async def body(ctx, dut, out):
         for r in REGISTERS:
-            if r.reset is not None and r.access != "wo":
+            if r.reset is not None and r.access is not Access.WO:
                 out[r.name] = await csr(ctx, dut, r.addr)
 
     out = run_chip(cfg, body)
@@ -778,9 +779,9 @@ def test_chip_window_roundtrip_and_autoincrement():
     async def body(ctx, dut, out):
         rw = dut.region_words()
         out["data"] = {}
-        for region in (MemRegion.A, MemRegion.B, MemRegion.ACC, MemRegion.CMDQ):
+        for region in (Region.A, Region.B, Region.ACC, Region.CMDQ):
             depth, chunks = rw[region]
-            bits = {MemRegion.A: cfg.a_word_bits, MemRegion.B: cfg.b_word_bits}.get(region, 32 * chunks)
+            bits = {Region.A: cfg.a_word_bits, Region.B: cfg.b_word_bits}.get(region, 32 * chunks)
             words = [int(x) for x in rng.integers(0, 1 << min(bits, 62), size=3)]
             first = depth - 3  # the last three words: the top of each region is reachable
             await write_words(ctx, dut, region, first, words)
@@ -816,8 +817,8 @@ def test_chip_single_matmul_through_ring(cfg, k):
     a, b, cmd = golden_tile_cmds(rng, cfg, k, 3, 7, cfg.rows, tag=0x1111)
 
     async def body(ctx, dut, out):
-        await write_words(ctx, dut, MemRegion.A, 3, pack_a_words(a))
-        await write_words(ctx, dut, MemRegion.B, 7, pack_b_words(b))
+        await write_words(ctx, dut, Region.A, 3, pack_a_words(a))
+        await write_words(ctx, dut, Region.B, 7, pack_b_words(b))
         await submit(ctx, dut, [cmd])
         await wait_idle(ctx, dut, name)
         out["c"] = await read_acc_rows(ctx, dut, cfg.rows, cfg.rows)
@@ -845,11 +846,11 @@ def test_chip_matmul_accumulate_onto_window_preload(cfg):
     c1_init[0, 0] = INT32_MAX  # the write-back add may wrap
 
     async def body(ctx, dut, out):
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a0))
-        await write_words(ctx, dut, MemRegion.B, 2, pack_b_words(b0))
-        await write_words(ctx, dut, MemRegion.A, 8, pack_a_words(a1))
-        await write_words(ctx, dut, MemRegion.B, 10, pack_b_words(b1))
-        await write_words(ctx, dut, MemRegion.ACC, cfg.rows, [pack_acc_word(r) for r in c1_init])
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a0))
+        await write_words(ctx, dut, Region.B, 2, pack_b_words(b0))
+        await write_words(ctx, dut, Region.A, 8, pack_a_words(a1))
+        await write_words(ctx, dut, Region.B, 10, pack_b_words(b1))
+        await write_words(ctx, dut, Region.ACC, cfg.rows, [pack_acc_word(r) for r in c1_init])
         await submit(ctx, dut, [cmd0, cmd1])
         await wait_idle(ctx, dut, name)
         out["c"] = await read_acc_rows(ctx, dut, 0, 2 * cfg.rows)
@@ -878,8 +879,8 @@ def test_chip_long_then_short_matmul(cfg):
     a1, b1, cmd1 = golden_tile_cmds(rng, cfg, k1, k0, k0, cfg.rows)
 
     async def body(ctx, dut, out):
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a0) + pack_a_words(a1))
-        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b0) + pack_b_words(b1))
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a0) + pack_a_words(a1))
+        await write_words(ctx, dut, Region.B, 0, pack_b_words(b0) + pack_b_words(b1))
         await submit(ctx, dut, [cmd0, cmd1])
         await wait_idle(ctx, dut, name)
         out["c"] = await read_acc_rows(ctx, dut, 0, 2 * cfg.rows)
@@ -906,8 +907,8 @@ def test_chip_matmul_then_reduce_through_ring():
     ]
 
     async def body(ctx, dut, out):
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a))
-        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b))
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a))
+        await write_words(ctx, dut, Region.B, 0, pack_b_words(b))
         # move the ring head to entry 3 first, so the real commands wrap around the 8-entry ring
         await submit(ctx, dut, [pack_command(Opcode.NOP)] * 3, first_entry=0)
         await wait_idle(ctx, dut, name)
@@ -940,8 +941,8 @@ def test_chip_bad_opcode_then_valid_and_clear_err():
     bad_len = pack_command(Opcode.MATMUL, length=0, tag=0xBEEF)  # a second, different error
 
     async def body(ctx, dut, out):
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a))
-        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b))
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a))
+        await write_words(ctx, dut, Region.B, 0, pack_b_words(b))
         await submit(ctx, dut, [bad, good])
         out["status"] = await wait_idle(ctx, dut, name)
         for reg in ("ERR", "ERR_CMD0", "ERR_CMD1", "ERR_CMD2", "ERR_CMD3", "ERR_COUNT", "DONE_COUNT"):
@@ -981,24 +982,24 @@ def test_chip_window_range_error():
     cfg = CHIP_SMALL
 
     async def body(ctx, dut, out):
-        depth_a, chunks_a = dut.region_words()[MemRegion.A]
-        await write_words(ctx, dut, MemRegion.A, 0, [0x1234])
+        depth_a, chunks_a = dut.region_words()[Region.A]
+        await write_words(ctx, dut, Region.A, 0, [0x1234])
         # write one word past the end of A: must fault and must not alias onto word 0
-        bad = win_addr(MemRegion.A, depth_a * chunks_a)
+        bad = win_addr(Region.A, depth_a * chunks_a)
         await csr(ctx, dut, "MEM_ADDR", bad)
         await csr(ctx, dut, "MEM_DATA", 0xFFFF)
         out["addr_after"] = await csr(ctx, dut, "MEM_ADDR")
         out["ERR"] = await csr(ctx, dut, "ERR")
         out["ERR_COUNT"] = await csr(ctx, dut, "ERR_COUNT")
         out["STATUS"] = await csr(ctx, dut, "STATUS")
-        out["a0"] = (await win_read(ctx, dut, MemRegion.A, 0, 1))[0]
+        out["a0"] = (await win_read(ctx, dut, Region.A, 0, 1))[0]
         # an unknown region (and a read) faults too
         await csr(ctx, dut, "MEM_ADDR", win_addr(7, 0))
         await csr(ctx, dut, "MEM_DATA")
         out["ERR_COUNT2"] = await csr(ctx, dut, "ERR_COUNT")
         # ACC past its depth
-        depth_c, chunks_c = dut.region_words()[MemRegion.ACC]
-        await csr(ctx, dut, "MEM_ADDR", win_addr(MemRegion.ACC, depth_c * chunks_c))
+        depth_c, chunks_c = dut.region_words()[Region.ACC]
+        await csr(ctx, dut, "MEM_ADDR", win_addr(Region.ACC, depth_c * chunks_c))
         await csr(ctx, dut, "MEM_DATA", 1)
         out["ERR_COUNT3"] = await csr(ctx, dut, "ERR_COUNT")
         out["ERR3"] = await csr(ctx, dut, "ERR")
@@ -1024,8 +1025,8 @@ def test_chip_perf_macs(k):
 
     async def body(ctx, dut, out):
         out["macs0"] = await csr(ctx, dut, "MACS_LO")
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a))
-        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b))
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a))
+        await write_words(ctx, dut, Region.B, 0, pack_b_words(b))
         await submit(ctx, dut, [cmd])
         await wait_idle(ctx, dut, name)
         out["macs"] = await csr(ctx, dut, "MACS_LO")
@@ -1127,8 +1128,8 @@ def test_chip_fifo_backpressure(fifo_depth):
     assert len(cmds) == cfg.cmdq_depth - 1
 
     async def body(ctx, dut, out):
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a0) + pack_a_words(a1) + pack_a_words(a2))
-        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b0) + pack_b_words(b1) + pack_b_words(b2))
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a0) + pack_a_words(a1) + pack_a_words(a2))
+        await write_words(ctx, dut, Region.B, 0, pack_b_words(b0) + pack_b_words(b1) + pack_b_words(b2))
         await submit(ctx, dut, cmds)
         out["status_busy"] = await csr(ctx, dut, "STATUS")
         await wait_idle(ctx, dut, name, polls=200)
@@ -1198,8 +1199,8 @@ def test_chip_soft_reset():
     soft = 1 << REG["CTRL"].field("soft_reset").lsb
 
     async def body(ctx, dut, out):
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a))
-        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b))
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a))
+        await write_words(ctx, dut, Region.B, 0, pack_b_words(b))
         await submit(ctx, dut, [pack_command(0x99), cmd])
         await wait_idle(ctx, dut, "soft_reset")
         await csr(ctx, dut, "SCRATCH", 0xABCD)
@@ -1232,8 +1233,8 @@ def test_chip_window_error_and_command_error_both_counted(delay):
     bad_cmd = pack_command(0x77, tag=0x5EED)
 
     async def body(ctx, dut, out):
-        await win_write(ctx, dut, MemRegion.CMDQ, 0, cmd_chunks(bad_cmd))
-        await csr(ctx, dut, "MEM_ADDR", win_addr(MemRegion.A, cfg.operand_depth))  # one past the end
+        await win_write(ctx, dut, Region.CMDQ, 0, cmd_chunks(bad_cmd))
+        await csr(ctx, dut, "MEM_ADDR", win_addr(Region.A, cfg.operand_depth))  # one past the end
         await csr(ctx, dut, "CMDQ_TAIL", 1)
         for _ in range(delay):
             await ctx.tick()
@@ -1334,10 +1335,10 @@ def test_chip_idle_pin_after_doorbell(kind):
 
     async def body(ctx, dut, out):
         out["reset_pin"] = ctx.get(dut.idle)
-        await write_words(ctx, dut, MemRegion.A, 0, pack_a_words(a))
-        await write_words(ctx, dut, MemRegion.B, 0, pack_b_words(b))
-        await write_words(ctx, dut, MemRegion.ACC, 0, [pack_acc_word(r) for r in acc0])
-        await win_write(ctx, dut, MemRegion.CMDQ, 0, cmd_chunks(cmd))
+        await write_words(ctx, dut, Region.A, 0, pack_a_words(a))
+        await write_words(ctx, dut, Region.B, 0, pack_b_words(b))
+        await write_words(ctx, dut, Region.ACC, 0, [pack_acc_word(r) for r in acc0])
+        await win_write(ctx, dut, Region.CMDQ, 0, cmd_chunks(cmd))
         out["pin_before"] = ctx.get(dut.idle)
         await csr(ctx, dut, "CMDQ_TAIL", 1)
         out["pin_after_doorbell"] = ctx.get(dut.idle)

@@ -1,43 +1,64 @@
 """The errata registry, detection/policy, and the mitigations kernels apply.
 
-Kernels call :func:`for_device` once per call: it reads the revision the chip reported, resolves
-the policy the device was opened with, installs the stream passes and returns the
-:class:`~workarounds.policy.Resolution` (cached on the device).
+A caller that opened a device attaches the software's errata knowledge to it once::
+
+    mit = workarounds.attach(dev, policy={"FL-ME-002": "off"})
+    c, stats = await gemm(dev, a, b, mitigations=mit)
+
+:func:`attach` resolves the revision the chip reported (``dev.revision``, read from REV) under
+the policy, installs the stream passes on the device's generic submit hook, and returns the
+:class:`Mitigations` handed to kernels: typed constraints per kernel family plus the report.
 """
 
 from __future__ import annotations
 
-from .passes import install
+from dataclasses import dataclass
+
+from .constraints import GemmConstraints, LowpConstraints, ReduceConstraints, constraints_for
+from .passes import StreamFilter, stream_filter
 from .policy import POLICIES, ErratumWarning, Resolution, parse_policy, resolve
-from .registry import BY_ID, ERRATA, Erratum, erratum
+from .registry import BY_ID, ERRATA, Erratum, Unit, erratum
 
 __all__ = [
-    "BY_ID", "ERRATA", "Erratum", "ErratumWarning", "POLICIES", "Resolution", "erratum", "for_device",
-    "parse_policy", "resolve", "kernel_report", "set_policy",
+    "BY_ID", "ERRATA", "Erratum", "ErratumWarning", "POLICIES", "Resolution", "Unit", "erratum",
+    "parse_policy", "resolve", "attach", "Mitigations", "GemmConstraints", "ReduceConstraints",
+    "LowpConstraints",
 ]
 
 
-def for_device(dev) -> Resolution:
-    if dev.errata is None or dev.errata.revision != dev.revision:
-        dev.errata = resolve(dev.revision, dev.errata_policy)
-        install(dev, dev.errata.active)
-    return dev.errata
+@dataclass
+class Mitigations:
+    """What the active mitigations ask of the kernels, for one device and policy."""
+
+    resolution: Resolution
+    gemm: GemmConstraints
+    reduce: ReduceConstraints
+    lowp: LowpConstraints
+    filter: StreamFilter
+
+    @property
+    def revision(self) -> str:
+        return self.resolution.revision
+
+    def report(self, units: tuple[Unit, ...]) -> dict:
+        """What a kernel's stats say about errata: the mitigations applied for the units it uses."""
+        res = self.resolution
+        mine = [e for e in ERRATA if e.unit in units]
+        return {
+            "mitigations": [e.id for e in mine if e.id in res.active],
+            "errata_status": {e.id: res.status[e.id] for e in mine},
+            "errata_warnings": [w for w in res.warnings if any(w.startswith(e.id) for e in mine)],
+            "stream_pass_insertions": dict(self.filter.insertions),
+        }
 
 
-def kernel_report(dev, units: tuple[str, ...]) -> dict:
-    """What a kernel's stats say about errata: the mitigations applied for the units it uses."""
-    res = for_device(dev)
-    applied = [e.id for e in ERRATA if e.id in res.active and e.unit in units]
-    return {
-        "mitigations": applied,
-        "errata_status": {e.id: res.status[e.id] for e in ERRATA if e.unit in units},
-        "errata_warnings": [w for w in res.warnings if any(w.startswith(e.id) for e in ERRATA if e.unit in units)],
-        "stream_pass_insertions": dict(dev.pass_counts),
-    }
+def attach(dev, policy: dict[str, str] | list[str] | None = None, *, warn: bool = True) -> Mitigations:
+    """Resolve the chip's errata under ``policy`` and install its stream passes on ``dev``.
 
-
-def set_policy(dev, policy: dict[str, str] | None) -> Resolution:
-    """Change the device's errata policy and re-install the passes it implies."""
-    dev.errata_policy = parse_policy(policy) if policy else {}
-    dev.errata = None
-    return for_device(dev)
+    Replaces whatever an earlier ``attach`` installed on the same device.
+    """
+    res = resolve(dev.revision, parse_policy(policy) if policy else None, warn=warn)
+    flt = stream_filter(res.active)
+    dev.set_submit_filter(flt)
+    k = constraints_for([e for e in ERRATA if e.id in res.active])
+    return Mitigations(res, k["gemm"], k["reduce"], k["lowp"], flt)

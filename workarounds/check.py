@@ -30,6 +30,6 @@ def compare(revision: str, observed: dict[str, dict], errata: tuple[Erratum, ...
             verdict = "new finding"
         else:
             verdict = "not reproduced"
-        rows.append({"id": e.id, "unit": e.unit, "expected": expected, "detected": fired, "verdict": verdict,
+        rows.append({"id": e.id, "unit": e.unit.name.lower(), "expected": expected, "detected": fired, "verdict": verdict,
                      "detail": (obs or {}).get("detail", "")})
     return rows

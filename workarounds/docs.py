@@ -47,8 +47,7 @@ def scale_summary(costs: dict, err_id: str) -> str:
     if not parts:
         return "not measured"
     w = BY_ID[err_id].scale
-    shape = "x".join(str(w[k]) for k in ("m", "n", "k", "rows", "cols") if k in w)
-    return f"{'; '.join(parts)} ({w['kernel']} {shape})"
+    return f"{'; '.join(parts)} ({w.kernel} {w.shape()})"
 
 
 def render(costs: dict | None = None) -> str:
@@ -82,7 +81,7 @@ def render(costs: dict | None = None) -> str:
             "",
             f"- **Unit:** {UNITS[e.unit]}; **category:** {e.category} ({CATEGORIES[e.category]})",
             f"- **Affected:** {', '.join(e.affected)}; **fixed in:** {e.fixed_in or 'not yet'}",
-            f"- **RTL defect:** `{e.defect}`",
+            f"- **RTL defect:** `{e.defect.name.lower()}` ({e.defect.value})",
             f"- **Conditions:** {e.conditions}",
             f"- **Description:** {e.description}",
             f"- **Implication:** {e.implication}",

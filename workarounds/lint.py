@@ -1,17 +1,51 @@
-"""Registry lint: the records are well formed and point at defects that exist."""
+"""Registry lint: the records are well formed and point at things that exist.
+
+Every cross-reference a record makes is checked here against its one declaration: the RTL
+defect (``rtl.revisions.Defect``), the reproducer, the regression cells (kernel fields,
+reduction ops, quantization recipes, input distributions), the constraint knobs and, for a
+stream mitigation, its pass.
+"""
 
 from __future__ import annotations
 
 import re
 
-from rtl.revisions import DEFECTS, REVISIONS
+from golden.distributions import DISTRIBUTIONS
+from golden.quant import RECIPES
+from rtl.isa import ReduceOp
+from rtl.revisions import REVISIONS, Defect
 
-from .registry import ASSESSED_REVISIONS, CATEGORIES, ERRATA, UNITS, Erratum
+from .cells import CELL_TYPES, GemmCell, GemmSumCell, LowpCell, ReduceCell
+from .constraints import knob_problems
+from .passes import PASSES
+from .registry import ASSESSED_REVISIONS, CATEGORIES, ERRATA, ID_PREFIXES, Unit, Erratum
 from .reproducers import REPRODUCERS
 
-__all__ = ["lint"]
+__all__ = ["lint", "cell_problems"]
 
-_ID = re.compile(r"^FL-(ME|RU|SR|CP|NU)-\d{3}$")
+_ID = re.compile(rf"^FL-({'|'.join(ID_PREFIXES)})-\d{{3}}$")
+
+
+def cell_problems(cell) -> list[str]:
+    """Why a regression cell cannot run (empty when it can)."""
+    if not isinstance(cell, CELL_TYPES):
+        return [f"cell {cell!r} is not one of {', '.join(c.__name__ for c in CELL_TYPES)}"]
+    out = []
+    dims = ("m", "n", "k") if isinstance(cell, (GemmCell, GemmSumCell, LowpCell)) else ("rows", "cols")
+    for d in dims:
+        v = getattr(cell, d)
+        if not isinstance(v, int) or v < 1:
+            out.append(f"{cell.kernel} cell: {d} must be a positive integer, not {v!r}")
+    if isinstance(cell, ReduceCell) and cell.op.upper() not in ReduceOp.__members__:
+        out.append(f"reduce cell: op {cell.op!r} is not one of {', '.join(o.lower() for o in ReduceOp.__members__)}")
+    if isinstance(cell, LowpCell):
+        if cell.recipe not in RECIPES:
+            out.append(f"lowp cell: unknown recipe {cell.recipe!r}")
+        if cell.dist not in DISTRIBUTIONS:
+            out.append(f"lowp cell: unknown distribution {cell.dist!r} (known: {', '.join(DISTRIBUTIONS)})")
+    if isinstance(cell, GemmCell) and cell.k_chunk is not None and (not isinstance(cell.k_chunk, int) or cell.k_chunk < 1):
+        out.append(f"gemm cell: k_chunk must be a positive integer or None, not {cell.k_chunk!r}")
+    return out
 
 
 def lint(errata: tuple[Erratum, ...] = ERRATA) -> list[str]:
@@ -24,9 +58,9 @@ def lint(errata: tuple[Erratum, ...] = ERRATA) -> list[str]:
             problems.append(f"{where} duplicate id")
         seen.add(e.id)
         if not _ID.match(e.id):
-            problems.append(f"{where} id must look like FL-<ME|RU|SR|CP|NU>-NNN")
-        if e.unit not in UNITS:
-            problems.append(f"{where} unknown unit {e.unit!r} (known: {', '.join(UNITS)})")
+            problems.append(f"{where} id must look like FL-<{'|'.join(ID_PREFIXES)}>-NNN")
+        if not isinstance(e.unit, Unit):
+            problems.append(f"{where} unit must be a workarounds.Unit, not {e.unit!r}")
         if e.category not in CATEGORIES:
             problems.append(f"{where} unknown category {e.category!r} (known: {', '.join(CATEGORIES)})")
         for rev in (*e.affected, *([e.fixed_in] if e.fixed_in else [])):
@@ -36,16 +70,30 @@ def lint(errata: tuple[Erratum, ...] = ERRATA) -> list[str]:
             problems.append(f"{where} affects no revision")
         if e.fixed_in in e.affected:
             problems.append(f"{where} fixed_in {e.fixed_in} is also listed as affected")
-        if e.defect not in DEFECTS:
-            problems.append(f"{where} points at defect {e.defect!r}, which rtl/revisions.py does not have")
+        if not isinstance(e.defect, Defect):
+            problems.append(f"{where} defect must be an rtl.revisions.Defect, not {e.defect!r}")
+        else:
+            for rev in e.affected:
+                if rev in REVISIONS and e.defect not in REVISIONS[rev].defects:
+                    problems.append(f"{where} says {rev} is affected, but rtl/revisions.py gives {rev} no "
+                                    f"{e.defect.name}")
         if e.reproducer not in REPRODUCERS:
             problems.append(f"{where} reproducer {e.reproducer!r} does not exist")
         if e.category != "A" and not e.mitigation:
             problems.append(f"{where} category {e.category} needs a mitigation")
         if e.mitigation and e.mitigation_kind not in ("stream", "kernel"):
             problems.append(f"{where} mitigation_kind must be 'stream' or 'kernel'")
+        if e.mitigation_kind == "stream" and e.id not in PASSES:
+            problems.append(f"{where} a stream mitigation needs a pass in workarounds/passes.py")
+        if e.mitigation_kind == "kernel" and e.mitigation and not e.knobs:
+            problems.append(f"{where} a kernel mitigation must set constraint knobs (workarounds/constraints.py)")
+        problems += [f"{where} {p}" for p in knob_problems(e.knobs)]
         if not e.cell:
             problems.append(f"{where} has no kernel cell for the regression matrix")
+        for c in (e.cell if isinstance(e.cell, tuple) else (e.cell,)) if e.cell else ():
+            problems += [f"{where} {p}" for p in cell_problems(c)]
+        if e.scale is not None:
+            problems += [f"{where} scale: {p}" for p in cell_problems(e.scale)]
         for name in ("title", "conditions", "description", "implication"):
             if not getattr(e, name).strip():
                 problems.append(f"{where} empty {name}")

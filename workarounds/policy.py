@@ -54,6 +54,9 @@ class Resolution:
     warnings: list[str] = field(default_factory=list)
 
     def on(self, err_id: str) -> bool:
+        """Is this erratum's mitigation active? An id the registry does not know raises."""
+        if err_id not in BY_ID:
+            raise KeyError(f"unknown erratum {err_id!r}; known: {', '.join(BY_ID)}")
         return err_id in self.active
 
     def report(self) -> dict:

@@ -7,12 +7,31 @@ are held against each other by running every reproducer on every revision
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
-__all__ = ["Erratum", "ERRATA", "BY_ID", "UNITS", "CATEGORIES", "ASSESSED_REVISIONS", "erratum"]
+from rtl.revisions import Defect
 
-UNITS = {"engine": "matrix engine", "reduce": "reduction unit", "sram": "SRAMs", "cmdproc": "command processor"}
+from .cells import Cell, GemmCell, GemmSumCell, LowpCell, ReduceCell
+
+__all__ = ["Erratum", "ERRATA", "BY_ID", "Unit", "UNITS", "CATEGORIES", "ID_PREFIXES", "ASSESSED_REVISIONS",
+           "erratum"]
+
+
+class Unit(enum.Enum):
+    """The chip unit an erratum lives in; kernels name the units they use."""
+
+    ENGINE = "matrix engine"
+    REDUCE = "reduction unit"
+    SRAM = "SRAMs"
+    CMDPROC = "command processor"
+
+
+UNITS = {u: u.value for u in Unit}
 CATEGORIES = {"A": "no workaround", "B": "workaround with a cost", "C": "minor"}
+# Erratum ids look like FL-<prefix>-NNN; the prefix names the area (not always the unit).
+ID_PREFIXES = {"ME": "matrix engine", "RU": "reduction unit", "SR": "SRAMs", "CP": "command processor",
+               "NU": "numerics"}
 # Revisions the software team has assessed: any other REV reads as "Unknown".
 ASSESSED_REVISIONS = ("A0", "A1", "B0")
 
@@ -21,30 +40,32 @@ ASSESSED_REVISIONS = ("A0", "A1", "B0")
 class Erratum:
     id: str
     title: str
-    unit: str
+    unit: Unit
     category: str
     affected: tuple[str, ...]
     fixed_in: str | None
-    defect: str  # the rtl.revisions.DEFECTS entry this record describes
+    defect: Defect  # the RTL defect this record describes
     conditions: str
     description: str
     implication: str
-    reproducer: str  # function name in workarounds.reproducers
+    reproducer: str  # function name in workarounds.reproducers (the lint checks it exists)
     mitigation: str  # "Mitigated: <how>" text; empty for category A
     mitigation_kind: str  # "stream" (a pass over every command stream) or "kernel" (algorithm change)
-    cell: dict | list = field(default_factory=dict, compare=False)  # kernel run(s) meeting the conditions
-    scale: dict = field(default_factory=dict, compare=False)  # a realistic workload for the cost at scale
+    cell: Cell | tuple[Cell, ...] | None = field(default=None, compare=False)  # kernel run(s) meeting the conditions
+    scale: Cell | None = field(default=None, compare=False)  # a realistic workload for the cost at scale
+    # Kernel mitigations: the constraint knobs they set, {family: {field: value}} (constraints.py).
+    knobs: dict = field(default_factory=dict, compare=False)
 
 
 ERRATA: tuple[Erratum, ...] = (
     Erratum(
         id="FL-ME-001",
         title="MATMUL with K=1 ignores accumulate",
-        unit="engine",
+        unit=Unit.ENGINE,
         category="B",
         affected=("A0", "A1"),
         fixed_in="B0",
-        defect="engine_k1_ignores_accumulate",
+        defect=Defect.ENGINE_K1_IGNORES_ACCUMULATE,
         conditions="MATMUL with length (K) == 1 and the accumulate flag set.",
         description="The write-back stage takes the single K step as both first and last and overwrites C "
         "instead of adding into it.",
@@ -53,17 +74,18 @@ ERRATA: tuple[Erratum, ...] = (
         reproducer="repro_k1_accumulate",
         mitigation="K chunks are chosen so that no accumulating chunk has a single step",
         mitigation_kind="kernel",
-        cell={"kernel": "gemm", "m": 4, "n": 4, "k": 33, "k_chunk": 16},
-        scale={"kernel": "gemm", "m": 64, "n": 64, "k": 1025},
+        cell=GemmCell(m=4, n=4, k=33, k_chunk=16),
+        scale=GemmCell(m=64, n=64, k=1025),
+        knobs={"gemm": {"avoid_unit_chunk": True}},
     ),
     Erratum(
         id="FL-ME-002",
         title="Back-to-back MATMUL reads a stale first A word",
-        unit="engine",
+        unit=Unit.ENGINE,
         category="B",
         affected=("A0",),
         fixed_in="A1",
-        defect="engine_b2b_stale_a_word",
+        defect=Defect.ENGINE_B2B_STALE_A_WORD,
         conditions="A MATMUL issued in the cycle its predecessor's feed slot ends (no bubble between them).",
         description="The A address register is not reloaded on a zero-gap start: the first K step reads A at "
         "the previous command's base + K.",
@@ -72,34 +94,36 @@ ERRATA: tuple[Erratum, ...] = (
         mitigation="each A panel carries a copy of its first word at base + K, so the stale read returns the "
         "right value; a FENCE separates MATMULs on different panels",
         mitigation_kind="kernel",
-        cell={"kernel": "gemm", "m": 8, "n": 8, "k": 16},
-        scale={"kernel": "gemm", "m": 128, "n": 128, "k": 128},
+        cell=GemmCell(m=8, n=8, k=16),
+        scale=GemmCell(m=128, n=128, k=128),
+        knobs={"gemm": {"repeat_first_a_word": True}},
     ),
     Erratum(
         id="FL-RU-001",
         title="REDUCE MAX folds from zero",
-        unit="reduce",
+        unit=Unit.REDUCE,
         category="B",
         affected=("A0", "A1"),
         fixed_in="B0",
-        defect="reduce_max_folds_from_zero",
+        defect=Defect.REDUCE_MAX_FOLDS_FROM_ZERO,
         conditions="REDUCE with op MAX over words whose maximum is negative.",
         description="The fold register starts at 0 instead of the first word's lane-tree result.",
         implication="Row maxima of all-negative rows read 0 (softmax max-subtraction goes wrong).",
         reproducer="repro_max_from_zero",
         mitigation="MAX is computed as ~MIN(~x) (bitwise complement is an exact, order-reversing int32 map)",
         mitigation_kind="kernel",
-        cell={"kernel": "reduce", "rows": 3, "cols": 10, "op": "max", "negative": True},
-        scale={"kernel": "reduce", "rows": 64, "cols": 1024, "op": "max", "negative": True},
+        cell=ReduceCell(rows=3, cols=10, op="max", negative=True),
+        scale=ReduceCell(rows=64, cols=1024, op="max", negative=True),
+        knobs={"reduce": {"max_via_min": True}},
     ),
     Erratum(
         id="FL-RU-002",
         title="REDUCE SUM drops the last word when count is odd",
-        unit="reduce",
+        unit=Unit.REDUCE,
         category="B",
         affected=("A0",),
         fixed_in="A1",
-        defect="reduce_sum_drops_odd_last",
+        defect=Defect.REDUCE_SUM_DROPS_ODD_LAST,
         conditions="REDUCE with op SUM and an odd count.",
         description="The fold stage skips the word flagged last when the count is odd; with count 1 the "
         "previous REDUCE's result is written again.",
@@ -107,17 +131,18 @@ ERRATA: tuple[Erratum, ...] = (
         reproducer="repro_sum_odd_count",
         mitigation="SUM segments are padded with a zero word to an even count",
         mitigation_kind="kernel",
-        cell={"kernel": "reduce", "rows": 3, "cols": 12, "op": "sum"},
-        scale={"kernel": "reduce", "rows": 64, "cols": 1028, "op": "sum"},
+        cell=ReduceCell(rows=3, cols=12, op="sum"),
+        scale=ReduceCell(rows=64, cols=1028, op="sum"),
+        knobs={"reduce": {"even_sum_count": True}},
     ),
     Erratum(
         id="FL-SR-001",
         title="Engine reads the top word of operand SRAM B as zero",
-        unit="sram",
+        unit=Unit.SRAM,
         category="B",
         affected=("A0", "A1"),
         fixed_in="B0",
-        defect="operand_top_word_reads_zero",
+        defect=Defect.OPERAND_TOP_WORD_READS_ZERO,
         conditions="A MATMUL whose B range includes word OPERAND_DEPTH-1.",
         description="The engine read port's address decoder drops the last row of the B bank; the front-door "
         "window still sees the right data.",
@@ -125,17 +150,18 @@ ERRATA: tuple[Erratum, ...] = (
         reproducer="repro_top_word",
         mitigation="kernels plan with OPERAND_DEPTH-1 words of B",
         mitigation_kind="kernel",
-        cell={"kernel": "gemm", "m": 4, "n": 8, "k": 1024},
-        scale={"kernel": "gemm", "m": 128, "n": 128, "k": 128},
+        cell=GemmCell(m=4, n=8, k=1024),
+        scale=GemmCell(m=128, n=128, k=128),
+        knobs={"gemm": {"b_reserved_top_words": 1}},
     ),
     Erratum(
         id="FL-CP-001",
         title="REDUCE can issue before the engine has drained",
-        unit="cmdproc",
+        unit=Unit.CMDPROC,
         category="B",
         affected=("B0",),
         fixed_in=None,
-        defect="reduce_issues_before_drain",
+        defect=Defect.REDUCE_ISSUES_BEFORE_DRAIN,
         conditions="A REDUCE queued directly behind a MATMUL, reading accumulator words that MATMUL writes.",
         description="B0's new issue logic checks only that the engine feed is free, not that its last rows are "
         "written, before it starts a REDUCE.",
@@ -143,8 +169,8 @@ ERRATA: tuple[Erratum, ...] = (
         reproducer="repro_reduce_overtakes_drain",
         mitigation="a FENCE is inserted before every REDUCE that follows a MATMUL in a command stream",
         mitigation_kind="stream",
-        cell={"kernel": "gemm_sum", "m": 4, "n": 4, "k": 20},
-        scale={"kernel": "gemm_sum", "m": 64, "n": 64, "k": 64},
+        cell=GemmSumCell(m=4, n=4, k=20),
+        scale=GemmSumCell(m=64, n=64, k=64),
     ),
 )
 
@@ -152,11 +178,11 @@ ERRATA = ERRATA + (
     Erratum(
         id="FL-NU-001",
         title="FP8 subnormal operands read as zero",
-        unit="engine",
+        unit=Unit.ENGINE,
         category="B",
         affected=("A0", "A1"),
         fixed_in="B0",
-        defect="fp8_subnormals_read_as_zero",
+        defect=Defect.FP8_SUBNORMALS_READ_AS_ZERO,
         conditions="E4M3 or E5M2 MATMUL with subnormal operand codes (exponent field 0, mantissa != 0).",
         description="The PE operand decoder drops the significand of subnormal FP8 codes (denormals-are-zero).",
         implication="Unscaled (cast) FP8 on small-magnitude data loses everything below the normal range: on "
@@ -165,8 +191,9 @@ ERRATA = ERRATA + (
         mitigation="per-tensor and cast FP8 run with per-block power-of-two scales (rceil) that keep elements "
         "normal, and any code still subnormal is flushed to zero in software so the chip and the golden agree",
         mitigation_kind="kernel",
-        cell={"kernel": "lowp", "recipe": "fp8-e4m3-cast", "dist": "small", "m": 8, "n": 8, "k": 64},
-        scale={"kernel": "lowp", "recipe": "fp8-e4m3-cast", "dist": "small", "m": 32, "n": 32, "k": 1024},
+        cell=LowpCell(recipe="fp8-e4m3-cast", dist="small", m=8, n=8, k=64),
+        scale=LowpCell(recipe="fp8-e4m3-cast", dist="small", m=32, n=32, k=1024),
+        knobs={"lowp": {"fp8_subnormals_flushed": True}},
     ),
 )
 

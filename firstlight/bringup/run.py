@@ -1,15 +1,13 @@
 """Host side of ``firstlight bringup``: build, launch the stages on the simulator, report.
 
 Stage 1 (elaborate + build) runs here; the rest run inside one simulator process as a job
-that emits a record per stage. While it runs, a thread-free poll of the record file drives a
-live progress line per stage. If the simulator dies, the stages already reported are kept; the
+that emits a record per stage. While it runs, each record reaches ``run_job``'s ``on_record``
+callback as it is written and updates the live table. If the simulator dies, the stages already reported are kept; the
 one in progress is a failure carrying the log tail, the rest are skipped.
 """
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from pathlib import Path
 
@@ -66,49 +64,30 @@ def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_
     # ---- stages 2..10 in the simulator --------------------------------------------------
     sim_error = None
     if build is not None:
-        import tempfile
+        from .stages import bringup_job
 
-        work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="firstlight-bringup-"))
-        records = work / "records.jsonl"
-        result: dict = {}
-
-        def target():
-            try:
-                result["res"] = run_job(
-                    "firstlight.bringup.stages:bringup_job",
-                    {"selected": sorted(selected), "seed": seed, "faults": list(variant.faults),
-                     "built_revision": variant.revision, "watchdog_cycles": watchdog_cycles},
-                    variant=variant, sim=sim, work_dir=work, discover=False, build=build)
-            except JobFailed as e:
-                result["error"] = e
-            except Exception as e:  # noqa: BLE001 - reported as the stage in progress
-                result["error"] = e
-
-        th = threading.Thread(target=target, daemon=True)
-        th.start()
         running = None
+
         with Live(_table(rows, title), console=console, refresh_per_second=4, transient=not console.is_terminal) as live:
-            seen = 0
-            while True:
-                alive = th.is_alive()
-                if records.exists():
-                    lines = records.read_text().splitlines()
-                    for line in lines[seen:]:
-                        rec = json.loads(line)
-                        if rec.get("type") == "stage_start":
-                            running = rec["name"]
-                            rows[running] = {"status": "running", "duration_s": 0.0, "details": "", "figures": {}}
-                        elif rec.get("type") == "stage":
-                            rows[rec["name"]] = rec
-                            running = None if running == rec["name"] else running
-                    seen = len(lines)
+            def on_record(rec: dict) -> None:
+                nonlocal running
+                if rec.get("type") == "stage_start":
+                    running = rec["name"]
+                    rows[running] = {"status": "running", "duration_s": 0.0, "details": "", "figures": {}}
+                elif rec.get("type") == "stage":
+                    rows[rec["name"]] = rec
+                    running = None if running == rec["name"] else running
                 live.update(_table(rows, title))
-                if not alive:
-                    break
-                time.sleep(0.25)
-        th.join()
-        if "error" in result:
-            sim_error = result["error"]
+
+            try:
+                run_job(bringup_job,
+                        {"selected": sorted(selected), "seed": seed, "faults": list(variant.faults),
+                         "built_revision": variant.revision, "watchdog_cycles": watchdog_cycles},
+                        variant=variant, sim=sim, work_dir=work_dir, discover=False, build=build, on_record=on_record)
+            except JobFailed as e:
+                sim_error = e
+            except Exception as e:  # noqa: BLE001 - reported as the stage in progress
+                sim_error = e
         if running and rows.get(running, {}).get("status") == "running":
             rows[running] = {"name": running, "status": "failed", "duration_s": 0.0,
                              "details": f"the simulator ended during this stage: {sim_error}", "figures": {}}

@@ -15,20 +15,20 @@ import numpy as np
 
 import golden
 import workarounds
-from cosim.device import REVISION_NAMES, caps_to_config
-from rtl.revisions import REVISIONS
-
-REVISION_CODES = {r.name: r.code for r in REVISIONS.values()}
-from kernels import quant
-from kernels.gemm import gemm, plan_for_device
+from cosim.device import REVISION_NAMES
+from golden import quant
+from kernels.gemm import gemm, plan_for
 from kernels.lowp import gemm_lowp, mx_gemm_codes
 from kernels.reduce import reduce_rows
 from rtl.config import ChipConfig
-from rtl.csr_map import ID_MAGIC, REG, REGISTERS, MemRegion
-from rtl.isa import COMMAND_BITS, ErrCode, Opcode, pack_command
+from rtl.csr_map import ID_MAGIC, REG, REGISTERS, WINDOW_DATA, Access
+from rtl.isa import ErrCode, fence, nop, pack_command
+from rtl.memories import MEMORIES
+from rtl.revisions import REVISIONS
 from workarounds.check import compare
 from workarounds.reproducers import run_reproducer
 
+from ..jobs.checks import lowp_mismatch
 from .plan import STAGES
 
 __all__ = ["bringup_job", "StageFailed"]
@@ -49,6 +49,18 @@ class Ctx:
         self.expected = expected
         self.faults = faults
         self.rng = np.random.default_rng(seed)
+        self._mit = None
+
+    @property
+    def mit(self) -> workarounds.Mitigations:
+        """The errata knowledge attached to the chip (the identity stage attaches it first)."""
+        if self._mit is None:
+            self._mit = workarounds.attach(self.dev)
+        return self._mit
+
+    def attach(self) -> workarounds.Mitigations:
+        self._mit = workarounds.attach(self.dev)
+        return self._mit
 
 
 def _bits(v: int) -> list[int]:
@@ -63,7 +75,7 @@ async def stage_reset(ctx: Ctx):
     xs = [n for n in ("csr_rdata", "csr_ready", "idle", "irq") if any(c in str(getattr(d, n).value).lower() for c in "xz")]
     bad = []
     for r in REGISTERS:
-        if r.reset is None or r.name.startswith("MEM_DATA"):
+        if r.reset is None or r.name in WINDOW_DATA:
             continue
         v = await dev.read_csr(r.name)
         if v != r.reset:
@@ -72,7 +84,7 @@ async def stage_reset(ctx: Ctx):
         "no X/Z on outputs" if _four_state() else "X check not applicable (2-state simulator)")
     if bad or xs:
         raise StageFailed("; ".join(bad + ([x_note] if xs else [])), {"registers_wrong": len(bad)})
-    checked = sum(1 for r in REGISTERS if r.reset is not None and not r.name.startswith("MEM_DATA"))
+    checked = sum(1 for r in REGISTERS if r.reset is not None and r.name not in WINDOW_DATA)
     return f"{checked} registers at their reset values; {x_note}", {"registers_checked": checked}
 
 
@@ -92,19 +104,20 @@ async def stage_identity(ctx: Ctx):
     if ident != ID_MAGIC:
         problems.append(f"ID = 0x{ident:08x}, expected 0x{ID_MAGIC:08x} (bits {_bits(ident ^ ID_MAGIC)} differ)")
     try:
-        found = caps_to_config(caps0, caps1)
+        found = ChipConfig.from_caps(caps0, caps1)
     except ValueError as e:
         found = None
         problems.append(f"CAPS0=0x{caps0:08x} CAPS1=0x{caps1:08x} describe no valid chip: {e}")
     if found is not None and found != ctx.expected:
         diffs = {k: (v, ctx.expected.as_dict()[k]) for k, v in found.as_dict().items() if v != ctx.expected.as_dict()[k]}
         problems.append(f"CAPS say {diffs} (read, built)")
-    dev.rev_code = rev
+    rev = await dev.read_revision()
     name = REVISION_NAMES.get(rev)
     if ctx.built_revision and name != ctx.built_revision:
+        code = REVISIONS[ctx.built_revision].code
         problems.append(f"REV = 0x{rev:02x} ({name or 'unknown'}), but this chip was built as {ctx.built_revision} "
-                        f"(code 0x{REVISION_CODES[ctx.built_revision]:02x}; bits {_bits(rev ^ REVISION_CODES[ctx.built_revision])} differ)")
-    res = workarounds.for_device(dev)
+                        f"(code 0x{code:02x}; bits {_bits(rev ^ code)} differ)")
+    res = ctx.attach().resolution
     figures = {"rev_code": f"0x{rev:02x}", "revision": dev.revision, "mitigations": sorted(res.active)}
     if problems:
         raise StageFailed("; ".join(problems), figures)
@@ -115,7 +128,8 @@ async def stage_identity(ctx: Ctx):
 
 # ---- 4. CSR bus -----------------------------------------------------------------------------
 PATTERNS = [1 << i for i in range(32)] + [0xFFFFFFFF ^ (1 << i) for i in range(32)] + [0, 0xFFFFFFFF, 0xAAAAAAAA, 0x55555555]
-READ_ONLY = ("ID", "REV", "CAPS0", "CAPS1", "ERR", "ERR_COUNT", "DONE_COUNT", "CMDQ_HEAD")
+# Read-only registers whose value holds still while the chip is idle: a write must not move them.
+READ_ONLY = tuple(r.name for r in REGISTERS if r.access is Access.RO and not r.volatile)
 
 
 async def stage_csr_bus(ctx: Ctx):
@@ -150,17 +164,8 @@ async def stage_csr_bus(ctx: Ctx):
 
 # ---- 5. memories ----------------------------------------------------------------------------
 def _regions(cfg: ChipConfig):
-    """(name, region, words, chunks per word, bits per chunk)."""
-    def c(bits):
-        return max(1, bits // 32), min(32, bits)
-    return [
-        ("A", MemRegion.A, cfg.operand_depth, *c(cfg.a_word_bits)),
-        ("B", MemRegion.B, cfg.operand_depth, *c(cfg.b_word_bits)),
-        ("ACC", MemRegion.ACC, cfg.acc_depth, *c(cfg.acc_word_bits)),
-        ("CMDQ", MemRegion.CMDQ, cfg.cmdq_depth, *c(COMMAND_BITS)),
-        ("SA", MemRegion.SA, cfg.scale_depth, *c(8 * cfg.rows)),
-        ("SB", MemRegion.SB, cfg.scale_depth, *c(8 * cfg.cols)),
-    ]
+    """(name, region, words, chunks per word, bits per chunk) of every SRAM in the memory table."""
+    return [(m.name, m.region, m.depth(cfg), m.chunks(cfg), m.chunk_bits(cfg)) for m in MEMORIES]
 
 
 class _MemFault(Exception):
@@ -181,7 +186,7 @@ class _Window:
                 f"expected 0x{want:0{(self.width + 3) // 4}x}")
 
     async def seek(self, cell):
-        await self.dev.write_csr("MEM_ADDR", (self.region << 28) | cell)
+        await self.dev.window_seek(self.region, cell)
 
     async def write(self, v, reg="MEM_DATA"):
         await self.dev.write_csr(reg, v & self.mask)
@@ -276,22 +281,22 @@ async def stage_memories(ctx: Ctx):
         problems.append(f"ERR = {err} ({ErrCode(err).name}) after the memory tests")
     if problems:
         raise StageFailed("; ".join(problems), {"srams_failed": len(problems)})
-    return f"A, B, ACC, CMDQ, SA, SB: {cells} cells pass data bus, address bus, address-in-address, March C-", {
-        "cells": cells}
+    return (f"{', '.join(m.name for m in MEMORIES)}: {cells} cells pass data bus, address bus, address-in-address, "
+            "March C-"), {"cells": cells}
 
 
 # ---- 6. command path ------------------------------------------------------------------------
 async def stage_command_path(ctx: Ctx):
     dev = ctx.dev
     problems = []
-    await dev.write_csr("CTRL", REG["CTRL"].field("clear_err").mask)
+    await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
     d0 = await dev.read_csr("DONE_COUNT")
-    await dev.run([pack_command(Opcode.NOP), pack_command(Opcode.FENCE), pack_command(Opcode.NOP)])
+    await dev.run([nop(), fence(), nop()])
     d1 = await dev.read_csr("DONE_COUNT")
     if d1 - d0 != 3:
         problems.append(f"NOP, FENCE, NOP moved DONE_COUNT by {d1 - d0}, expected 3")
-    bad = pack_command(0x7E, tag=0xB0B0)
-    await dev.run([bad, pack_command(Opcode.NOP)])
+    bad = pack_command(0x7E, tag=0xB0B0)  # an opcode the command set does not have
+    await dev.run([bad, nop()])
     err = await dev.read_csr("ERR")
     words = [await dev.read_csr(f"ERR_CMD{i}") for i in range(4)]
     if err != ErrCode.BAD_OPCODE:
@@ -303,10 +308,10 @@ async def stage_command_path(ctx: Ctx):
         problems.append(f"the NOP after the bad command did not retire (DONE_COUNT moved by {d2 - d1})")
     if not (await dev.read_csr("IRQ_STATUS")) & REG["IRQ_STATUS"].field("err").mask:
         problems.append("IRQ_STATUS.err not set by the faulting command")
-    await dev.write_csr("CTRL", REG["CTRL"].field("clear_err").mask)
+    await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
     if await dev.read_csr("ERR"):
         problems.append("CTRL.clear_err did not clear ERR")
-    await dev.write_csr("IRQ_STATUS", 0x3)
+    await dev.write_csr("IRQ_STATUS", REG["IRQ_STATUS"].pack(done=1, err=1))
     if problems:
         raise StageFailed("; ".join(problems))
     return "NOP/FENCE retire, a bad opcode sets ERR with the command and the chip goes on", {"done_count": d2}
@@ -328,15 +333,16 @@ async def stage_engine_smoke(ctx: Ctx):
     n = cfg.cols
     eye = np.eye(cfg.rows, dtype=np.int8)
     b = rng.integers(-128, 128, (cfg.rows, n), dtype=np.int8)
-    c, _ = await gemm(dev, eye, b)
+    mit = ctx.mit
+    c, _ = await gemm(dev, eye, b, mitigations=mit)
     problems.append(_mismatch(c, b.astype(np.int32), "identity MATMUL (I @ B == B)"))
     a = rng.integers(-128, 128, (2 * cfg.rows + 1, 13), dtype=np.int8)
     b = rng.integers(-128, 128, (13, 2 * cfg.cols - 1), dtype=np.int8)
-    c, _ = await gemm(dev, a, b)
+    c, _ = await gemm(dev, a, b, mitigations=mit)
     problems.append(_mismatch(c, golden.gemm_int8(a, b), f"random MATMUL {a.shape[0]}x{b.shape[1]}x13"))
     x = rng.integers(-(2**31), 2**31, (3, 3 * cfg.lanes + 1), dtype=np.int64).astype(np.int32)
     for op in ("sum", "max", "min"):
-        got, _ = await reduce_rows(dev, x, op)
+        got, _ = await reduce_rows(dev, x, op, mitigations=mit)
         problems.append(_mismatch(got, golden.reduce_rows(x, op), f"REDUCE {op}"))
     fp = [f for f in cfg.formats if f != "int8"]
     for fmt in fp:  # one FP MATMUL per format the chip has (CAPS), on normal codes: bit-exact vs golden.mx
@@ -345,8 +351,8 @@ async def stage_engine_smoke(ctx: Ctx):
         b = rng.integers(*codes, (64, cfg.cols), dtype=np.uint8)
         sa = rng.integers(120, 135, (cfg.rows, 2), dtype=np.uint8)
         sb = rng.integers(120, 135, (2, cfg.cols), dtype=np.uint8)
-        bits, st = await mx_gemm_codes(dev, a, b, sa, sb, fmt)
-        ref = golden.mx.mx_matmul_bits(a, b, sa, sb, fmt, chunks=st["chunks"])
+        bits, st = await mx_gemm_codes(dev, a, b, sa, sb, fmt, mitigations=mit)
+        ref = golden.mx.mx_matmul_bits(a, b, sa, sb, fmt, chunks=st.chunks)
         problems.append(_mismatch(bits, ref, f"{fmt} MATMUL"))
     problems = [p for p in problems if p]
     if problems:
@@ -379,31 +385,28 @@ LOWP_SUITE = ["int8-channel", "fp8-e4m3-tensor", "fp8-e4m3-cast", "mxfp8-e5m2-rc
 async def stage_kernels(ctx: Ctx):
     dev, rng = ctx.dev, ctx.rng
     problems, mitigations = [], set()
+    mit = ctx.mit
     for m, n, k in GEMM_SUITE:
         a = rng.integers(-128, 128, (m, k), dtype=np.int8)
         b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-        c, st = await gemm(dev, a, b)
-        mitigations |= set(st["mitigations"])
+        c, st = await gemm(dev, a, b, mitigations=mit)
+        mitigations |= set(st.mitigations)
         problems.append(_mismatch(c, golden.gemm_int8(a, b), f"GEMM {m}x{n}x{k}"))
     for r, cols, op in REDUCE_SUITE:
         x = rng.integers(-(2**31), 2**31, (r, cols), dtype=np.int64).astype(np.int32)
-        got, st = await reduce_rows(dev, x, op)
-        mitigations |= set(st["mitigations"])
+        got, st = await reduce_rows(dev, x, op, mitigations=mit)
+        mitigations |= set(st.mitigations)
         problems.append(_mismatch(got, golden.reduce_rows(x, op), f"reduce {op} {r}x{cols}"))
     lowp = [rc for rc in LOWP_SUITE if quant.recipe(rc).fmt in ctx.expected.formats]
     for rc in lowp:
         a = rng.standard_normal((16, 96)).astype(np.float32)
         b = rng.standard_normal((96, 12)).astype(np.float32)
-        out = await gemm_lowp(dev, a, b, rc)
-        mitigations |= set(out["stats"]["mitigations"])
-        if "run" in out:
-            r = out["run"]
-            ref = golden.mx.mx_matmul_bits(r["a_codes"], r["b_codes"], r["a_scales"], r["b_scales"], r["fmt"],
-                                           chunks=r["chunks"])
-            problems.append(_mismatch(out["bits"], ref, f"{rc} 16x12x96 (chip bits vs golden)"))
-        else:
-            ri = out["run_int8"]
-            problems.append(_mismatch(ri["c_int"], golden.gemm_int8(ri["qa"], ri["qb"]), f"{rc} 16x12x96"))
+        res = await gemm_lowp(dev, a, b, rc, mitigations=mit)
+        mitigations |= set(res.stats.mitigations)
+        bad = lowp_mismatch(res)
+        if bad:
+            problems.append(f"{rc} 16x12x96 (chip {'bits' if res.fp else 'int32'} vs golden): {bad['count']} wrong, "
+                            f"first at {tuple(bad['index'])}: got {bad['got']}, expected {bad['expected']}")
     problems = [p for p in problems if p]
     figures = {"gemm_shapes": len(GEMM_SUITE), "reduce_shapes": len(REDUCE_SUITE), "lowp_recipes": len(lowp),
                "mitigations": sorted(mitigations)}
@@ -421,28 +424,28 @@ async def stage_performance(ctx: Ctx):
     m = n = k = 128
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    plan = plan_for_device(dev, m, n, k)
-    c, st = await gemm(dev, a, b)
+    plan = plan_for(cfg, ctx.mit.gemm, m, n, k)
+    c, st = await gemm(dev, a, b, mitigations=ctx.mit)
     problems = []
     if _mismatch(c, golden.gemm_int8(a, b), "GEMM 128^3"):
         problems.append("GEMM 128^3 is wrong")
     padded_macs = plan.tm * cfg.rows * plan.tn * cfg.cols * k
-    if st["macs_issued"] != padded_macs:
-        problems.append(f"MACS counter moved by {st['macs_issued']}, the MATMULs issued {padded_macs}")
-    if not st["cycles"] >= st["engine_busy_cycles"] >= padded_macs // cfg.peak_macs_per_cycle:
-        problems.append(f"counters inconsistent: cycles {st['cycles']}, engine busy {st['engine_busy_cycles']}, "
+    if st.macs_issued != padded_macs:
+        problems.append(f"MACS counter moved by {st.macs_issued}, the MATMULs issued {padded_macs}")
+    if not st.cycles >= st.engine_busy_cycles >= padded_macs // cfg.peak_macs_per_cycle:
+        problems.append(f"counters inconsistent: cycles {st.cycles}, engine busy {st.engine_busy_cycles}, "
                         f"MAC cycles {padded_macs // cfg.peak_macs_per_cycle}")
-    ideal, measured, predicted = st["ideal_cycles"], st["cycles"], st["predicted_cycles"]
+    ideal, measured, predicted = st.ideal_cycles, st.cycles, st.predicted_cycles
     gap = measured - ideal
     figures = {"cycles": measured, "ideal_cycles": ideal, "predicted_cycles": predicted,
-               "utilization": round(st["utilization"], 4), "sim_cycles_per_s": round(st["sim_cycles_per_s"])}
+               "utilization": round(st.utilization, 4), "sim_cycles_per_s": round(st.sim_cycles_per_s)}
     if problems:
         raise StageFailed("; ".join(problems), figures)
     sched = predicted - ideal
     rest = measured - predicted
-    return (f"GEMM 128^3 at {100 * st['utilization']:.1f}% of the roofline ({measured:,} cycles vs {ideal:,}); "
+    return (f"GEMM 128^3 at {100 * st.utilization:.1f}% of the roofline ({measured:,} cycles vs {ideal:,}); "
             f"gap {gap:,} cycles = {sched:,} schedule model (drains, padding, short K) + {rest:,} not in the model "
-            f"(bus transfers, errata mitigations: {', '.join(st['mitigations']) or 'none'})"), figures
+            f"(bus transfers, errata mitigations: {', '.join(st.mitigations) or 'none'})"), figures
 
 
 STAGE_FUNCS = {
@@ -488,8 +491,6 @@ async def bringup_job(dev, emit, selected: list[str], seed: int, faults: list[st
 async def _recover(dev) -> None:
     """After a crashed stage: soft-reset so independent stages get a working chip."""
     try:
-        await dev.write_csr("CTRL", REG["CTRL"].field("soft_reset").mask | REG["CTRL"].field("clear_err").mask)
-        dev._tail = 0
-        dev.reset_stream_state()
-    except Exception:
+        await dev.soft_reset()
+    except Exception:  # noqa: BLE001 - the stage's own failure is already recorded
         pass

@@ -40,6 +40,7 @@ __all__ = [
     "ElementFormat",
     "Recipe",
     "decode_elements",
+    "flush_subnormals",
     "fp8_per_tensor",
     "int8_dequantize",
     "int8_symmetric",
@@ -297,6 +298,21 @@ def _codes_input(codes: object, name: str) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # MX blocks
 # ----------------------------------------------------------------------------------------------
+
+
+def flush_subnormals(codes: np.ndarray, fmt: str) -> tuple[np.ndarray, int]:
+    """Replace every subnormal code (exponent field 0, mantissa != 0) by a zero of the same sign.
+
+    Returns ``(codes, how many were flushed)``. For hardware that reads subnormals as zero: with
+    them flushed in software, the chip and a golden that honours subnormals compute the same.
+    """
+    f = _format(fmt)
+    codes = np.asarray(codes, np.uint8)
+    exp_field = (codes >> f.mbits) & ((1 << f.ebits) - 1)
+    sub = (exp_field == 0) & ((codes & ((1 << f.mbits) - 1)) != 0)
+    out = codes.copy()
+    out[sub] = codes[sub] & (1 << (f.ebits + f.mbits))
+    return out, int(sub.sum())
 
 
 def pad_to_block(x: np.ndarray, axis: int, block: int = MX_BLOCK) -> np.ndarray:

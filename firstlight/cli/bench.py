@@ -1,0 +1,107 @@
+"""``firstlight bench``: the GEMM benchmark table (cycles, utilisation, simulator throughput)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.table import Table
+
+from cosim.toolchain import SIMULATORS, SimulatorMissing, available_simulators
+from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+
+from .common import (
+    add_array_option,
+    add_formats_option,
+    add_json_option,
+    add_rev_option,
+    add_seed_option,
+    console,
+    err_console,
+    fmt_pct,
+    require_sim,
+    variant_from_args,
+)
+
+__all__ = ["DEFAULT_SHAPES", "add_parser", "cmd"]
+
+DEFAULT_SHAPES = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256"]
+ICARUS_MAX_SIDE = 128  # Icarus is much slower: without --shapes it runs shapes of at most this side cubed MACs
+
+
+def add_parser(subparsers) -> None:
+    b = subparsers.add_parser("bench", help="GEMM benchmark table: cycles, utilisation, simulator throughput")
+    b.set_defaults(handler=cmd)
+    b.add_argument("--sims", nargs="+", default=None, choices=SIMULATORS,
+                   help="simulators to measure (default: every installed one)")
+    b.add_argument("--shapes", nargs="+", default=None, metavar="MxNxK",
+                   help=f"GEMM shapes (default: {' '.join(DEFAULT_SHAPES)}; "
+                   f"Icarus stops at {ICARUS_MAX_SIDE}^3 unless shapes are given)")
+    add_array_option(b)
+    add_rev_option(b, help="silicon revision (default A0, mitigations on)")
+    add_formats_option(b)
+    add_seed_option(b)
+    add_json_option(b)
+
+
+def _parse_shape(text: str) -> list[int]:
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise CannotStart(f"shape must look like MxNxK with positive integers, not {text!r}")
+    return [int(p) for p in parts]
+
+
+def cmd(args) -> int:
+    found = available_simulators()
+    sims = args.sims or [s for s, info in found.items() if not isinstance(info, SimulatorMissing)]
+    for s in args.sims or []:
+        require_sim(s)
+    for s, info in found.items():
+        if isinstance(info, SimulatorMissing) and not args.sims:
+            console.print(f"[yellow]skipping {s}:[/] {info}")
+    variant = variant_from_args(args)
+    shapes_given = [_parse_shape(x) for x in (args.shapes or DEFAULT_SHAPES)]
+
+    # imported once the arguments are known good, so that a bad one exits 2 quickly
+    from cosim.build import build_simulator
+    from cosim.jobs import JobFailed, run_job
+    from firstlight.jobs import kernels as kernel_jobs
+
+    cfg = variant.config
+    table = Table(title=f"GEMM on a {cfg.rows}x{cfg.cols} array, revision {args.rev} "
+                  "(int8, bit-exact vs golden, errata mitigations on)")
+    for col in ("sim", "shape", "result", "cycles", "ideal", "util", "sim cyc/s", "Python share",
+                "kernel wall s", "build first s", "build cached s"):
+        table.add_column(col, justify="right")
+    rows, failed = [], False
+    for s in sims:
+        shapes = shapes_given
+        if s == "icarus" and not args.shapes:
+            shapes = [sh for sh in shapes if sh[0] * sh[1] * sh[2] <= ICARUS_MAX_SIDE**3]
+        first = build_simulator(variant, sim=s)
+        cached = build_simulator(variant, sim=s)
+        try:
+            res = run_job(kernel_jobs.bench_job, {"shapes": shapes, "seed": args.seed, "errata_policy": {}},
+                          variant=variant, sim=s)
+            recs = [r for r in res.records if r.get("type") == "bench"]
+        except JobFailed as e:
+            err_console.print(f"[red]{s}: {e}[/]")
+            recs = [r for r in e.records if r.get("type") == "bench"]
+            failed = True
+        for r in recs:
+            st = r["stats"]
+            failed |= not r["passed"]
+            row = {
+                "sim": s, "shape": "x".join(map(str, r["shape"])), "passed": r["passed"],
+                "cycles": st["cycles"], "ideal_cycles": st["ideal_cycles"], "utilization": st["utilization"],
+                "sim_cycles_per_s": st["sim_cycles_per_s"], "python_share": st["python_share"],
+                "wall_s": st["wall_s"], "build_first_s": first.first_build_s, "build_cached_s": cached.build_s,
+            }
+            rows.append(row)
+            table.add_row(s, row["shape"], "pass" if r["passed"] else "[red]FAIL[/]", f"{st['cycles']:,}",
+                          f"{st['ideal_cycles']:,}", fmt_pct(st["utilization"]),
+                          f"{st['sim_cycles_per_s']:,.0f}", fmt_pct(st["python_share"]), f"{st['wall_s']:.2f}",
+                          f"{first.first_build_s:.1f}" if first.first_build_s else "?", f"{cached.build_s:.3f}")
+    console.print(table)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return EXIT_FAIL if failed else EXIT_OK

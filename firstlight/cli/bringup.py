@@ -1,0 +1,96 @@
+"""``firstlight bringup``: the first-light checklist, reset to roofline, stage by stage."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+from rtl.faults import FAULT_SYNTAX
+
+from .common import (
+    add_array_option,
+    add_formats_option,
+    add_rev_option,
+    add_seed_option,
+    add_sim_option,
+    console,
+    positive,
+    require_sim,
+    variant_from_args,
+)
+
+__all__ = ["add_parser", "cmd"]
+
+
+def _fault_note(form: str) -> str:
+    """A few words on what one form of :data:`rtl.faults.FAULT_SYNTAX` builds."""
+    if form.startswith("csr:"):
+        return "a stuck register bit"
+    if ":alias:" in form:
+        return "an address line tied low"
+    if form.startswith("sram:") and "stuck" in form:
+        return "one stuck cell"
+    return ""
+
+
+def _fault_help() -> str:
+    """The ``--inject`` syntax, one form a line, from its one declaration in :mod:`rtl.faults`."""
+    forms = [f.strip() for f in FAULT_SYNTAX.split(", ")]
+    width = max(map(len, forms)) + 3
+    return "".join(f"  {f:<{width}}{_fault_note(f)}".rstrip() + "\n" for f in forms)
+
+
+def add_parser(subparsers) -> None:
+    bu = subparsers.add_parser(
+        "bringup", help="the first-light checklist: reset to roofline, stage by stage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Walk the chip up the bring-up ladder: build, reset, identity, CSR bus, memories, "
+        "command path, engine smoke, errata, kernels, performance. A failed stage blocks the stages that "
+        "depend on it; independent stages still run.",
+        epilog="fault syntax (--inject, repeatable):\n" + _fault_help() + "\n"
+        "exit codes: 0 every stage passed, 1 a stage failed or was blocked, 2 could not start.")
+    bu.set_defaults(handler=cmd)
+    add_rev_option(bu, help="revision to build (default A0)")
+    add_sim_option(bu)
+    bu.add_argument("--inject", action="append", default=[], metavar="FAULT",
+                    help="build with a manufacturing defect no revision has (see below)")
+    bu.add_argument("--only", nargs="+", default=None, metavar="STAGE",
+                    help="run these stages (and what they depend on); the others are skipped")
+    add_seed_option(bu)
+    bu.add_argument("--report", type=Path, default=None, metavar="DIR",
+                    help="write report.json, junit.xml and report.md here")
+    add_array_option(bu)
+    bu.add_argument("--watchdog", type=positive, default=1_000_000, metavar="CYCLES",
+                    help="cycle budget of every wait for the chip (default 1000000); on expiry the stage "
+                    "fails with a STATUS/ERR dump")
+    add_formats_option(bu)
+    bu.add_argument("--sram-depth", type=positive, default=None, metavar="N",
+                    help="words in every SRAM (power of two; smaller is quicker to test; default 1024)")
+
+
+def cmd(args) -> int:
+    from dataclasses import replace
+
+    from cosim.build import Variant
+    from firstlight.bringup.plan import closure
+    from firstlight.bringup.run import run_bringup
+    from rtl.faults import parse_faults
+
+    require_sim(args.sim)
+    cfg = variant_from_args(args).config
+    if args.sram_depth:
+        try:
+            cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)
+        except ValueError as e:
+            raise CannotStart(f"--sram-depth: {e}") from None
+    try:
+        parse_faults(args.inject, cfg)
+        if args.only:
+            closure(args.only)
+    except ValueError as e:
+        raise CannotStart(str(e)) from None
+    variant = Variant(config=cfg, revision=args.rev, faults=tuple(args.inject))
+    report = run_bringup(variant=variant, sim=args.sim, seed=args.seed, only=args.only, report_dir=args.report,
+                         console=console, watchdog_cycles=args.watchdog)
+    return EXIT_OK if report["passed"] else EXIT_FAIL

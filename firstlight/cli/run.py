@@ -1,0 +1,154 @@
+"""``firstlight run gemm|reduce``: one kernel on seeded random data, checked against its golden."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rich.table import Table
+
+from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+
+from .common import (
+    DEFAULT_SIM,
+    add_array_option,
+    add_formats_option,
+    add_json_option,
+    add_rev_option,
+    add_seed_option,
+    add_sim_option,
+    console,
+    err_console,
+    fmt_pct,
+    positive,
+    require_sim,
+    variant_from_args,
+)
+
+__all__ = ["add_parser", "cmd"]
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options ``run gemm`` and ``run reduce`` share."""
+    add_sim_option(p, help=f"simulator to run on (default: {DEFAULT_SIM})")
+    add_array_option(p, help="systolic array size, e.g. 4x4 (default) or 8x8")
+    add_seed_option(p, help="seed for the random operands (default: 1)")
+    add_json_option(p, help="also write the result as JSON")
+    p.add_argument("--waves", action="store_true",
+                   help="record a waveform of the run and print its path (VCD on Verilator, FST on Icarus)")
+    p.add_argument("--extremes", action="store_true", help="draw operands from the extreme values only")
+    add_rev_option(p, help="silicon revision to build: A0 (default), A1, B0; "
+                   "the kernels read REV from the chip and apply that revision's mitigations")
+    p.add_argument("--errata-policy", action="append", default=[], metavar="ID=auto|on|off",
+                   help="override one erratum's mitigation (repeatable), e.g. FL-ME-002=off")
+    add_formats_option(p)
+
+
+def add_parser(subparsers) -> None:
+    run = subparsers.add_parser("run", help="run one kernel on random data and check it against the golden",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.set_defaults(handler=cmd)
+    run_sub = run.add_subparsers(dest="kernel", required=True, metavar="KERNEL")
+    g = run_sub.add_parser("gemm", help="int8 x int8 -> int32 GEMM, C = A(MxK) @ B(KxN)")
+    g.add_argument("--m", type=positive, required=True, help="rows of A and C")
+    g.add_argument("--n", type=positive, required=True, help="columns of B and C")
+    g.add_argument("--k", type=positive, required=True, help="inner dimension")
+    _add_run_options(g)
+    r = run_sub.add_parser("reduce", help="int32 row reduction (sum wraps modulo 2**32)")
+    r.add_argument("--rows", type=positive, required=True)
+    r.add_argument("--cols", type=positive, required=True)
+    r.add_argument("--op", choices=["sum", "max", "min"], required=True)
+    _add_run_options(r)
+
+
+def _policy(items: list[str]) -> dict[str, str]:
+    from workarounds import parse_policy
+
+    try:
+        return parse_policy(items)
+    except ValueError as e:
+        raise CannotStart(str(e)) from None
+
+
+def cmd(args) -> int:
+    require_sim(args.sim)
+    policy = _policy(args.errata_policy)
+    variant = variant_from_args(args)
+
+    # imported once the arguments are known good, so that a bad one exits 2 quickly
+    from cosim.jobs import JobFailed, run_job
+    from firstlight.jobs import kernels as kernel_jobs
+
+    if args.kernel == "gemm":
+        job, kwargs = kernel_jobs.gemm_job, {"m": args.m, "n": args.n, "k": args.k}
+        shape = f"{args.m}x{args.n}x{args.k}"
+    else:
+        job, kwargs = kernel_jobs.reduce_job, {"rows": args.rows, "cols": args.cols, "op": args.op}
+        shape = f"{args.rows}x{args.cols} {args.op}"
+    kwargs.update(seed=args.seed, extremes=args.extremes, errata_policy=policy)
+    cfg = variant.config
+    console.print(f"[bold]firstlight run {args.kernel}[/] {shape} on a {cfg.rows}x{cfg.cols} array, "
+                  f"{args.sim}, revision {args.rev}, seed {args.seed}")
+    t0 = time.perf_counter()
+    work = Path("firstlight-out") / f"run-{int(time.time())}" if args.waves else None
+    try:
+        res = run_job(job, kwargs, variant=variant, sim=args.sim, waves=args.waves, work_dir=work)
+    except JobFailed as e:
+        err_console.print(f"[red]FAILED[/] {e}")
+        return EXIT_FAIL
+    total = time.perf_counter() - t0
+    v = res.value
+    st = v["stats"]
+    out = {
+        "kernel": args.kernel,
+        "shape": st["shape"],
+        "array": st["array"],
+        "sim": args.sim,
+        "revision": st["revision"],
+        "seed": args.seed,
+        "passed": v["passed"],
+        "mismatch": v["mismatch"],
+        "cycles": st["cycles"],
+        "ideal_cycles": st["ideal_cycles"],
+        "utilization": st["utilization"],
+        "wall_s": st["wall_s"],
+        "python_share": st["python_share"],
+        "sim_cycles_per_s": st["sim_cycles_per_s"],
+        "mitigations": st.get("mitigations", []),
+        "errata_status": st.get("errata_status", {}),
+        "errata_warnings": st.get("errata_warnings", []),
+        "build_s": res.build.build_s,
+        "build_cache_hit": res.build.cache_hit,
+        "sim_process_s": res.run_s,
+        "total_s": total,
+        "stats": st,
+    }
+    t = Table(show_header=False, box=None)
+    t.add_row("result", "[green]PASS[/] (bit-exact vs golden)" if v["passed"]
+              else f"[red]FAIL[/] {v['mismatch']['count']} mismatches, first {v['mismatch']}")
+    t.add_row("cycles", f"{st['cycles']:,}")
+    t.add_row("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
+              if args.kernel == "gemm" else f"{st['ideal_cycles']:,}  (one accumulator word per cycle)")
+    t.add_row("utilisation", fmt_pct(st["utilization"]))
+    t.add_row("kernel wall time", f"{st['wall_s']:.3f} s  (Python {fmt_pct(st['python_share'])})")
+    t.add_row("simulated cycles/s", f"{st['sim_cycles_per_s']:,.0f}")
+    t.add_row("build", f"{res.build.build_s:.2f} s ({'cached' if res.build.cache_hit else 'compiled'})")
+    t.add_row("simulator process", f"{res.run_s:.2f} s (start-up included)")
+    t.add_row("mitigations applied", ", ".join(st.get("mitigations", [])) or "none")
+    for err_id, status in st.get("errata_status", {}).items():
+        t.add_row(f"  {err_id}", status)
+    console.print(t)
+    if res.waves:  # printed whole, never cut to the table width
+        console.print(f"waves: {res.waves}", soft_wrap=True)
+        out["waves"] = str(res.waves)
+    elif args.waves:
+        err_console.print(f"[yellow]no waveform file found in {work}[/]")
+    for w in st.get("errata_warnings", []):
+        err_console.print(f"[bold red]WARNING:[/] {w}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2))
+        console.print(f"wrote {args.json}")
+    return EXIT_OK if v["passed"] else EXIT_FAIL

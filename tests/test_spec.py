@@ -1,0 +1,100 @@
+"""The spec layer (rtl/): one declaration per chip fact, read by the RTL and the software.
+
+Holds the declarations to their promises: the command layout packs and decodes symmetrically,
+the register fields pack and unpack, the memory table agrees with the elaborated chip, and the
+Verilog cache key covers every file the RTL is elaborated from.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cosim.build import Variant, verilog_key
+from rtl import isa
+from rtl.config import ChipConfig
+from rtl.csr_map import REG, REGISTERS, Access
+from rtl.memories import MEM, MEMORIES, Region, memory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_command_constructors_pack_the_documented_bits():
+    # Worked by hand from the layout: opcode [7:0], flags [15:8] (accumulate bit 8, fmt [11:9]),
+    # length [31:16], arg0 [47:32], arg1 [63:48], arg2 [79:64], arg3 [95:80] (sa, sb), tag [127:96].
+    cmd = isa.matmul(a=1, b=2, c=3, k=4, accumulate=True, fmt=isa.Format.E4M3, sa=5, sb=6, tag=7)
+    assert cmd == 0x10 | (0b011 << 8) | (4 << 16) | (1 << 32) | (2 << 48) | (3 << 64) | (5 << 80) | (6 << 88) | (7 << 96)
+    assert isa.decode(cmd) == {"opcode": 0x10, "flags": {"accumulate": 1, "fmt": 1, "reserved": 0}, "length": 4,
+                               "arg0": 1, "arg1": 2, "arg2": 3, "arg3": {"sa": 5, "sb": 6}, "tag": 7}
+    red = isa.reduce(isa.ReduceOp.MIN, src=9, count=10, dst=11)
+    assert red == 0x20 | (2 << 8) | (10 << 16) | (9 << 32) | (11 << 64)
+    assert isa.opcode_of(red) == isa.Opcode.REDUCE and isa.opcode_of(isa.fence()) == isa.Opcode.FENCE
+
+
+def test_command_packing_rejects_what_does_not_fit():
+    with pytest.raises(ValueError, match="length=65536 does not fit in 16 bits"):
+        isa.matmul(a=0, b=0, c=0, k=65536)
+    with pytest.raises(ValueError, match="has no member 'acc'"):
+        isa.pack_command(isa.Opcode.MATMUL, flags={"matmul": {"acc": 1}})
+    with pytest.raises(ValueError, match="int8 MATMUL has no block scales"):
+        isa.matmul(a=0, b=0, c=0, k=1, sa=1)
+    with pytest.raises(ValueError, match="command has no field 'arg9'"):
+        isa.pack_command(isa.Opcode.NOP, arg9=1)
+
+
+def test_register_fields_pack_and_unpack():
+    caps = ChipConfig(rows=8, cols=8, operand_depth=2048, formats=("int8", "e5m2")).caps()
+    assert REG["CAPS0"].unpack(caps["CAPS0"]) == {"rows": 8, "cols": 8, "lanes": 8, "formats": 0b101}
+    assert ChipConfig.from_caps(caps["CAPS0"], caps["CAPS1"]) == ChipConfig(rows=8, cols=8, operand_depth=2048,
+                                                                             formats=("int8", "e5m2"))
+    assert REG["MEM_ADDR"].pack(region=Region.SB, chunk=3) == (5 << 28) | 3
+    with pytest.raises(ValueError, match="region=16 does not fit in 4 bits"):
+        REG["MEM_ADDR"].pack(region=16)
+    with pytest.raises(KeyError, match="has no field 'regoin'"):
+        REG["MEM_ADDR"].pack(regoin=1)
+    assert all(isinstance(r.access, Access) for r in REGISTERS)
+
+
+def test_memory_table_matches_the_elaborated_chip():
+    from rtl.chip import Chip
+
+    cfg = ChipConfig(rows=2, cols=4, operand_depth=64, acc_depth=32, cmdq_depth=8)
+    chip = Chip(cfg, defects=frozenset())
+    assert chip.region_words() == {m.region: (m.depth(cfg), m.chunks(cfg)) for m in MEMORIES}
+    assert memory("acc") is MEM["ACC"] and memory(int(Region.CMDQ)) is MEM["CMDQ"]
+    assert [m.region for m in MEMORIES] == [int(Region[m.name]) for m in MEMORIES]
+    with pytest.raises(KeyError, match="unknown memory 'D'; memories: A, B, ACC, CMDQ, SA, SB"):
+        memory("D")
+
+
+def _rtl_imports() -> set[str]:
+    out = set()
+    for path in (ROOT / "rtl").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                out |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                out.add(node.module.split(".")[0])
+    return out
+
+
+def test_rtl_imports_nothing_of_the_project_outside_itself():
+    """What the Verilog cache key hashes (rtl/) is all the chip is elaborated from."""
+    project = {"cosim", "kernels", "golden", "workarounds", "firstlight", "tests"}
+    assert not (_rtl_imports() & project), _rtl_imports() & project
+
+
+def test_changing_a_spec_file_changes_the_verilog_key(tmp_path):
+    copy = tmp_path / "rtl"
+    shutil.copytree(ROOT / "rtl", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    v = Variant()
+    before = verilog_key(v, copy)
+    assert before == verilog_key(v, ROOT / "rtl"), "a copy of the same sources has the same key"
+    spec = copy / "memories.py"
+    spec.write_text(spec.read_text().replace('"operand A:', '"operand A (edited):'))
+    assert verilog_key(v, copy) != before, "an edit to the memory table must invalidate cached Verilog"
+    (copy / "spec_extra.py").write_text("X = 1\n")  # a new file in the RTL tree counts too
+    assert verilog_key(v, copy) not in (before,)

@@ -1,0 +1,76 @@
+"""Regression cells: the kernel runs an erratum record names as meeting its conditions.
+
+A cell is data (which kernel, which shape); ``firstlight/jobs/errata.py`` runs it on the chip
+and checks it against the golden. Typed, so a misspelt kernel or field fails at import and the
+registry lint can validate every value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "Cell", "CELL_TYPES", "describe"]
+
+
+@dataclass(frozen=True)
+class GemmCell:
+    """int8 GEMM (kernels.gemm) of ``m x n x k``; ``k_chunk`` caps the K steps per MATMUL."""
+
+    m: int
+    n: int
+    k: int
+    k_chunk: int | None = None
+    kernel = "gemm"
+
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
+@dataclass(frozen=True)
+class GemmSumCell:
+    """Fused GEMM + global SUM (kernels.fused.gemm_sum)."""
+
+    m: int
+    n: int
+    k: int
+    kernel = "gemm_sum"
+
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
+@dataclass(frozen=True)
+class ReduceCell:
+    """Row reduction (kernels.reduce.reduce_rows); ``negative`` draws only negative values."""
+
+    rows: int
+    cols: int
+    op: str
+    negative: bool = False
+    kernel = "reduce"
+
+    def shape(self) -> str:
+        return f"{self.rows}x{self.cols}"
+
+
+@dataclass(frozen=True)
+class LowpCell:
+    """Low-precision GEMM (kernels.lowp.gemm_lowp) with a quantization recipe on a distribution."""
+
+    recipe: str
+    dist: str
+    m: int
+    n: int
+    k: int
+    kernel = "lowp"
+
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
+Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell
+CELL_TYPES = (GemmCell, GemmSumCell, ReduceCell, LowpCell)
+
+
+def describe(cell: Cell) -> str:
+    return f"{cell.kernel} {cell.shape()}"
