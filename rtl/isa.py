@@ -174,11 +174,24 @@ def matmul(*, a: int, b: int, c: int, k: int, accumulate: bool = False, fmt: For
     """MATMUL: ``k`` steps of A from word ``a`` and B from word ``b`` into ROWS accumulator words
     at ``c`` (added into them with ``accumulate``). FP formats read their block scales from SA
     word ``sa`` and SB word ``sb`` onwards; the int8 path has none (``sa``/``sb`` must be 0)."""
-    fmt = Format(fmt)
+    fmt = int(fmt)
     if fmt == Format.INT8 and (sa or sb):
         raise ValueError("an int8 MATMUL has no block scales: sa and sb must be 0")
-    return pack_command(Opcode.MATMUL, flags={"matmul": {"accumulate": int(bool(accumulate)), "fmt": int(fmt)}},
-                        length=k, arg0=a, arg1=b, arg2=c, arg3={"scales": {"sa": sa, "sb": sb}}, tag=tag)
+    # The hot path of every GEMM stream: the same packing as pack_command, with the offsets
+    # looked up once (tests/test_spec.py holds the two to the same bits).
+    word = _MATMUL_BASE | (bool(accumulate) << _ACC_OFF) | (Format(fmt) << _FMT_OFF)
+    for name, v in (("length", k), ("arg0", a), ("arg1", b), ("arg2", c), ("arg3.scales.sa", sa),
+                    ("arg3.scales.sb", sb), ("tag", tag)):
+        off, width = _FIELDS[name]
+        if not 0 <= v < (1 << width):
+            raise ValueError(f"command field {name}={v} does not fit in {width} bits")
+        word |= int(v) << off
+    return word
+
+
+_MATMUL_BASE = Opcode.MATMUL << _FIELDS["opcode"][0]
+_ACC_OFF = _FIELDS["flags.matmul.accumulate"][0]
+_FMT_OFF = _FIELDS["flags.matmul.fmt"][0]
 
 
 def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0) -> int:

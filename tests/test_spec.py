@@ -98,3 +98,16 @@ def test_changing_a_spec_file_changes_the_verilog_key(tmp_path):
     assert verilog_key(v, copy) != before, "an edit to the memory table must invalidate cached Verilog"
     (copy / "spec_extra.py").write_text("X = 1\n")  # a new file in the RTL tree counts too
     assert verilog_key(v, copy) not in (before,)
+
+
+def test_matmul_fast_path_equals_the_generic_packer():
+    import itertools
+
+    for acc, fmt, (a, b, c, k, sa, sb, tag) in itertools.product(
+            (False, True), (isa.Format.INT8, isa.Format.E2M1),
+            ((0, 0, 0, 1, 0, 0, 0), (65535, 1, 2, 65535, 255, 255, 0xFFFFFFFF))):
+        if fmt == isa.Format.INT8:
+            sa = sb = 0
+        generic = isa.pack_command(isa.Opcode.MATMUL, flags={"matmul": {"accumulate": int(acc), "fmt": int(fmt)}},
+                                   length=k, arg0=a, arg1=b, arg2=c, arg3={"scales": {"sa": sa, "sb": sb}}, tag=tag)
+        assert isa.matmul(a=a, b=b, c=c, k=k, accumulate=acc, fmt=fmt, sa=sa, sb=sb, tag=tag) == generic
