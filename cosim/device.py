@@ -19,19 +19,11 @@ from rtl.config import ChipConfig
 from rtl.csr_map import ID_MAGIC, PERF_COUNTERS, REG, register
 from rtl.isa import ErrCode, Opcode, unpack_command
 from rtl.memories import MEMORIES, Region, memory
-from rtl.revisions import BY_CODE
+from rtl.revisions import revision_name
 
 from .testbench import Testbench
 
-__all__ = ["Device", "KernelDevice", "SubmitFilter", "DeviceTimeout", "DeviceError", "PerfSnapshot",
-           "REVISION_NAMES", "revision_name"]
-
-REVISION_NAMES = {code: r.name for code, r in BY_CODE.items()}
-
-
-def revision_name(code: int) -> str:
-    """"A0"... for a known REV code, else ``"unknown(0x..)"``."""
-    return REVISION_NAMES.get(code, f"unknown(0x{code:02x})")
+__all__ = ["Device", "KernelDevice", "SubmitFilter", "DeviceTimeout", "DeviceError", "PerfSnapshot"]
 
 
 class DeviceError(RuntimeError):

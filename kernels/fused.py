@@ -9,22 +9,34 @@ The per-group partial words are then reduced again on the chip. SUM wraps modulo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from rtl.isa import ReduceOp, reduce
 from rtl.memories import Region
 from workarounds import Mitigations, Unit
 
-from .gemm import GEMM_UNITS, check_gemm_operands, new_host_counts, plan_for, prepare_operands, run_tile_groups
+from .gemm import (
+    GEMM_UNITS,
+    check_gemm_operands,
+    new_host_counts,
+    plan_for,
+    prepare_operands,
+    run_tile_groups,
+)
 from .layout import words_to_int32
 from .reduce import reduce_rows
 from .roofline import ideal_cycles
 from .stats import Measure
 
+if TYPE_CHECKING:  # the protocol of the device surface a kernel uses
+    from cosim.device import KernelDevice
+
 __all__ = ["gemm_sum"]
 
 
-async def gemm_sum(dev, a: np.ndarray, b: np.ndarray, *, mitigations: Mitigations, budget_cycles: int | None = None):
+async def gemm_sum(dev: KernelDevice, a: np.ndarray, b: np.ndarray, *, mitigations: Mitigations, budget_cycles: int | None = None):
     """Returns ``(c, total, stats)`` with ``total`` = wrap-around int32 sum of ``c``."""
     a, b = check_gemm_operands(a, b)
     cfg = dev.config

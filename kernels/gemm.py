@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import numpy as np
-
-from typing import Awaitable, Callable
 
 from rtl.config import ChipConfig
 from rtl.isa import BLOCK, Format, fence, matmul
@@ -31,6 +30,9 @@ from .layout import pack_a_panels, pack_b_panels, words_to_int32
 from .roofline import drain_cycles, ideal_cycles
 from .stats import KernelStats, Measure
 from .validate import check_matrix
+
+if TYPE_CHECKING:  # the protocol of the device surface a kernel uses
+    from cosim.device import KernelDevice
 
 __all__ = ["GemmPlan", "plan_gemm", "plan_for", "gemm", "prepare_operands", "run_tile_groups",
            "check_gemm_operands", "new_host_counts", "read_group", "GEMM_UNITS"]
@@ -266,7 +268,7 @@ def new_host_counts() -> dict:
     return {"words_loaded": 0, "commands": 0, "waits": 0}
 
 
-async def gemm(dev, a: np.ndarray, b: np.ndarray, *, mitigations: Mitigations, k_chunk: int | None = None,
+async def gemm(dev: KernelDevice, a: np.ndarray, b: np.ndarray, *, mitigations: Mitigations, k_chunk: int | None = None,
                budget_cycles: int | None = None) -> tuple[np.ndarray, KernelStats]:
     """Run ``a @ b`` on the chip. Returns ``(c, stats)``; c is int32 with wrap-around.
 

@@ -13,6 +13,7 @@ against the float64 ideal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from .gemm import GEMM_UNITS, gemm, new_host_counts, plan_for, prepare_operands,
 from .layout import bytes_to_words
 from .roofline import ideal_cycles
 from .stats import KernelStats, Measure
+
+if TYPE_CHECKING:  # the protocol of the device surface a kernel uses
+    from cosim.device import KernelDevice
 
 __all__ = ["gemm_lowp", "mx_gemm_codes", "FMT_CODES", "LowpResult", "FpRun", "Int8Run"]
 
@@ -74,7 +78,7 @@ def _check_float(name, x):
         raise ValueError(f"{name} has a non-finite value at {bad}: the quantization recipes cannot carry NaN/Inf")
 
 
-async def mx_gemm_codes(dev, a_codes, b_codes, a_scales, b_scales, fmt: str, *, mitigations: Mitigations,
+async def mx_gemm_codes(dev: KernelDevice, a_codes, b_codes, a_scales, b_scales, fmt: str, *, mitigations: Mitigations,
                         k_chunk=None, budget_cycles=None) -> tuple[np.ndarray, KernelStats]:
     """Run element codes (M,K)/(K,N) with E8M0 block scales (M,K/32)/(K/32,N) on the FP path.
 
@@ -115,7 +119,7 @@ async def mx_gemm_codes(dev, a_codes, b_codes, a_scales, b_scales, fmt: str, *, 
     return out[:m, :n].copy(), meas.stats
 
 
-async def gemm_lowp(dev, a: np.ndarray, b: np.ndarray, recipe: str, *, mitigations: Mitigations, k_chunk=None,
+async def gemm_lowp(dev: KernelDevice, a: np.ndarray, b: np.ndarray, recipe: str, *, mitigations: Mitigations, k_chunk=None,
                     budget_cycles=None) -> LowpResult:
     """Quantize float32 ``a`` (M,K) and ``b`` (K,N) with ``recipe``, run on the chip, dequantize.
 

@@ -9,6 +9,8 @@ round (all arithmetic stays on the chip).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from rtl.isa import ReduceOp, reduce
@@ -18,6 +20,9 @@ from workarounds import Mitigations, Unit
 from .layout import int32_to_words, words_to_int32
 from .stats import KernelStats, Measure
 from .validate import check_matrix
+
+if TYPE_CHECKING:  # the protocol of the device surface a kernel uses
+    from cosim.device import KernelDevice
 
 __all__ = ["reduce_rows", "IDENTITY", "OPS"]
 
@@ -63,7 +68,7 @@ async def _reduce_word_rows(dev, rows: list[np.ndarray], op: ReduceOp, host: dic
     return results
 
 
-async def reduce_rows(dev, x: np.ndarray, op: str, *, mitigations: Mitigations,
+async def reduce_rows(dev: KernelDevice, x: np.ndarray, op: str, *, mitigations: Mitigations,
                       budget_cycles: int | None = None) -> tuple[np.ndarray, KernelStats]:
     """Reduce every row of an int32 matrix with ``op`` in {"sum", "max", "min"} on the chip.
 

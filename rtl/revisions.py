@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Defect", "Revision", "REVISIONS", "revision"]
+__all__ = ["Defect", "Revision", "REVISIONS", "BY_CODE", "revision", "revision_name"]
 
 
 class Defect(enum.Enum):
@@ -58,6 +58,12 @@ REVISIONS: dict[str, Revision] = {
 del D
 BY_CODE: dict[int, Revision] = {r.code: r for r in REVISIONS.values()}
 assert len(BY_CODE) == len(REVISIONS), "two revisions share a REV code"
+
+
+def revision_name(code: int) -> str:
+    """The name of a REV code ("A0", ...), or ``"unknown(0x..)"`` for a code no revision has."""
+    r = BY_CODE.get(code)
+    return r.name if r else f"unknown(0x{code:02x})"
 
 
 def revision(name: str) -> Revision:

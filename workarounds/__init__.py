@@ -36,10 +36,6 @@ class Mitigations:
     lowp: LowpConstraints
     filter: StreamFilter
 
-    @property
-    def revision(self) -> str:
-        return self.resolution.revision
-
     def report(self, units: tuple[Unit, ...]) -> dict:
         """What a kernel's stats say about errata: the mitigations applied for the units it uses."""
         res = self.resolution

@@ -14,6 +14,7 @@ __all__ = ["PASSES", "StreamFilter", "stream_filter"]
 
 _FENCE = fence()
 
+
 def _fence_reduce_after_matmul(cmds: list[int], state: dict) -> tuple[list[int], int]:
     """FL-CP-001: a FENCE before any REDUCE queued while a MATMUL may still be draining.
 

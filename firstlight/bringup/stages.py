@@ -15,7 +15,6 @@ import numpy as np
 
 import golden
 import workarounds
-from cosim.device import REVISION_NAMES
 from golden import quant
 from kernels.gemm import gemm, plan_for
 from kernels.lowp import gemm_lowp, mx_gemm_codes
@@ -24,7 +23,7 @@ from rtl.config import ChipConfig
 from rtl.csr_map import ID_MAGIC, REG, REGISTERS, WINDOW_DATA, Access
 from rtl.isa import ErrCode, fence, nop, pack_command
 from rtl.memories import MEMORIES
-from rtl.revisions import REVISIONS
+from rtl.revisions import BY_CODE, REVISIONS
 from workarounds.check import compare
 from workarounds.reproducers import run_reproducer
 
@@ -112,7 +111,7 @@ async def stage_identity(ctx: Ctx):
         diffs = {k: (v, ctx.expected.as_dict()[k]) for k, v in found.as_dict().items() if v != ctx.expected.as_dict()[k]}
         problems.append(f"CAPS say {diffs} (read, built)")
     rev = await dev.read_revision()
-    name = REVISION_NAMES.get(rev)
+    name = BY_CODE[rev].name if rev in BY_CODE else None
     if ctx.built_revision and name != ctx.built_revision:
         code = REVISIONS[ctx.built_revision].code
         problems.append(f"REV = 0x{rev:02x} ({name or 'unknown'}), but this chip was built as {ctx.built_revision} "
