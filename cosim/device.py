@@ -322,6 +322,29 @@ class Device:
         if self._filter is not None:
             self._filter.chip_idle()
 
+    def read_pin(self, name: str) -> int:
+        """An output pin of the chip (``idle``, ``irq``) as the board sees it now; X/Z read as -1."""
+        text = str(getattr(self.tb.dut, name).value).lower()
+        return int(text) if text in ("0", "1") else -1
+
+    def now_cycles(self) -> int:
+        """Clock cycles since the simulation started, from the testbench clock (independent of
+        the chip's own CYCLES counter)."""
+        return self.tb.now_cycles()
+
+    async def wait_idle_polled(self, budget_cycles: int | None = None, poll_cycles: int = 64) -> None:
+        """Wait for STATUS.idle by polling the register (not the idle pin), watchdog as usual."""
+        budget = self.default_budget() if budget_cycles is None else budget_cycles
+        idle = REG["STATUS"].field("idle")
+        start = self.now_cycles()
+        while not idle.get(await self.read_csr("STATUS")):
+            if self.now_cycles() - start > budget:
+                dump = await self.dump_state()
+                raise DeviceTimeout(f"watchdog: STATUS.idle stayed 0 for {budget} cycles\n" + self.format_dump(dump),
+                                    dump)
+            await self.tb.wait_cycles(poll_cycles)
+        self._chip_idle()
+
     async def soft_reset(self) -> None:
         """CTRL.soft_reset (command path, engine, reduction unit) and clear ERR; memories keep
         their contents. The ring restarts at entry 0."""

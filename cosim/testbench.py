@@ -91,6 +91,10 @@ class Testbench:
         if str(d.csr_ready.value) != "1":
             await FallingEdge(self.clk)
             strobe.value = 0
+            # One clock edge with the strobe low clears the wrapper's bus watchdog; without it
+            # bus_timeout would still be high when the next transfer starts, csr_event would
+            # never rise again and that transfer would wait forever.
+            await FallingEdge(self.clk)
             self._at_falling_edge = True
             kind = "write" if write else "read"
             raise BusTimeout(

@@ -11,14 +11,15 @@ wait (``csr_ready`` stays low) while the engine or the reduction unit is busy.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
-from amaranth.lib import memory, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .cmdproc import CommandProcessor
 from .config import ChipConfig, log2
-from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, WINDOW_DATA, Register
+from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, REGISTERS, WINDOW_DATA, Register
 from .engine import MatrixEngine
-from .faults import CsrStuck, SramAlias, SramStuck, parse_faults
+from .faults import FAULT_BITS, FAULT_LAYOUT, PINS, FaultKind, parse_faults
+from .saboteurs import SramSaboteur, active, stuck_value
 from .isa import COMMAND_BITS, ErrCode
 from .memories import MEM, MEMORIES, Region
 from .reduce import ReductionUnit
@@ -26,6 +27,8 @@ from .revisions import Defect
 from .revisions import revision as lookup_revision
 
 __all__ = ["Chip"]
+
+REG_INDEX = {r.name: i for i, r in enumerate(REGISTERS)}
 
 
 assert MEM["CMDQ"].width(ChipConfig()) == COMMAND_BITS, "the command ring holds one command per entry"
@@ -53,45 +56,35 @@ def _bits(value, reg: str, field: str):
     return value[f.lsb:f.lsb + f.width]
 
 
-def _force_bit(value, bit: int, to: int):
-    value = Cat(value, Const(0, 32))[:32]
-    return (value | (1 << bit)) if to else (value & (0xFFFFFFFF ^ (1 << bit)))
-
-
 class _Proxy:
     """Port signals as the rest of the chip sees them (attributes mirror Amaranth's ports)."""
 
 
 class _FaultyPorts:
-    """An SRAM's ports seen through injected faults: aliased address lines, stuck cells.
+    """An SRAM's ports seen through injected faults (``rtl/saboteurs.py``); with no fault
+    descriptors these are plain wires."""
 
-    ``mask`` clears tied-low address lines on every port; a stuck cell forces its bit on every
-    read of the physical word (after aliasing). With no faults these are plain wires.
-    """
-
-    def __init__(self, m: Module, mem, write_port, mask: int, stuck: list):
-        self._m, self._mem, self._mask, self._stuck = m, mem, mask, stuck
+    def __init__(self, m: Module, mem, write_port, sab: SramSaboteur, granularity: int | None):
+        self._m, self._mem, self._sab = m, mem, sab
         self.write = _Proxy()
         self.write.addr = Signal.like(write_port.addr, name=f"{write_port.addr.name}_in")
         self.write.data = Signal.like(write_port.data)
         self.write.en = Signal.like(write_port.en)
-        m.d.comb += [write_port.addr.eq(self.write.addr & mask), write_port.data.eq(self.write.data),
-                     write_port.en.eq(self.write.en)]
+        addr = sab.address(self.write.addr, "w")
+        data = sab.write(addr, self.write.data, self.write.en, granularity)
+        m.d.comb += [write_port.addr.eq(addr), write_port.data.eq(data), write_port.en.eq(self.write.en)]
+        self._reads = 0
 
     def read_port(self):
         m, port = self._m, self._mem.read_port()
+        tag = f"r{self._reads}"
+        self._reads += 1
         p = _Proxy()
         p.addr = Signal.like(port.addr)
-        m.d.comb += port.addr.eq(p.addr & self._mask)
-        data = port.data
-        if self._stuck:
-            addr_q = Signal.like(port.addr)
-            m.d.sync += addr_q.eq(p.addr & self._mask)
-            for f in self._stuck:
-                forced = data | (1 << f.bit) if f.value else data & ~(1 << f.bit)
-                data = Mux(addr_q == f.addr, forced, data)
+        addr = self._sab.address(p.addr, tag)
+        m.d.comb += port.addr.eq(addr)
         p.data = Signal.like(port.data)
-        m.d.comb += p.data.eq(data)
+        m.d.comb += p.data.eq(self._sab.read(addr, port.data, tag))
         return p
 
 
@@ -111,7 +104,7 @@ class Chip(wiring.Component):
     """
 
     def __init__(self, config: ChipConfig | None = None, revision: str = "A0", faults: tuple[str, ...] = (),
-                 defects: frozenset[str] | None = None):
+                 defects: frozenset[str] | None = None, fault_port: bool = False):
         config = ChipConfig() if config is None else config
         if not isinstance(config, ChipConfig):
             raise TypeError(f"config must be a ChipConfig, not {config!r}")
@@ -123,8 +116,10 @@ class Chip(wiring.Component):
         self.config = config
         self.revision = revision
         self.faults = tuple(faults)
+        self.fault_port = fault_port
         super().__init__(
             {
+                **({"fault_sel": In(FAULT_BITS)} if fault_port else {}),
                 "csr_addr": In(CSR_ADDR_BITS),
                 "csr_wdata": In(32),
                 "csr_we": In(1),
@@ -148,30 +143,29 @@ class Chip(wiring.Component):
 
         # ---- units (soft reset clears their state; memory contents survive) ---------------
         defects = self.defects
-        engine = MatrixEngine(cfg, defects)
-        reducer = ReductionUnit(cfg, defects)
-        cmdp = CommandProcessor(cfg, defects)
+        # Fault descriptors: the --inject list as constants, plus the campaign port.
+        faults = [data.View(FAULT_LAYOUT, Const(f.encode(), FAULT_LAYOUT.size)) for f in self.fault_list]
+        if self.fault_port:
+            faults.append(data.View(FAULT_LAYOUT, self.fault_sel[:FAULT_LAYOUT.size]))
+        engine = MatrixEngine(cfg, defects, faults)
+        reducer = ReductionUnit(cfg, defects, faults)
+        cmdp = CommandProcessor(cfg, defects, faults)
         m.submodules.engine = ResetInserter(soft_rst)(engine)
         m.submodules.reducer = ResetInserter(soft_rst)(reducer)
         m.submodules.cmdproc = ResetInserter(soft_rst)(cmdp)
 
         # ---- SRAMs (seen through any injected faults) ----------------------------------------
-        faults = self.fault_list
 
-        def make_sram(spec):
+        def make_sram(index, spec):
             width, depth = spec.width(cfg), spec.depth(cfg)
             gran = 32 if width > 32 else None
             mem = memory.Memory(shape=width, depth=depth, init=[])
             m.submodules[spec.instance] = mem
-            mask = depth - 1
-            for f in faults:
-                if isinstance(f, SramAlias) and f.sram == spec.name:
-                    mask &= ~(1 << f.addr_bit)
-            stuck = [f for f in faults if isinstance(f, SramStuck) and f.sram == spec.name]
+            sab = SramSaboteur(m, faults, index, width, depth, spec.name.lower())
             wp = mem.write_port(granularity=gran) if gran else mem.write_port()
-            return _FaultyPorts(m, mem, wp, mask, stuck)
+            return _FaultyPorts(m, mem, wp, sab, gran)
 
-        srams = {spec.name: make_sram(spec) for spec in MEMORIES}
+        srams = {spec.name: make_sram(i, spec) for i, spec in enumerate(MEMORIES)}
         a_mem, b_mem, acc_mem, q_mem = srams["A"], srams["B"], srams["ACC"], srams["CMDQ"]
         sa_mem, sb_mem = srams["SA"], srams["SB"]
         acc_wp = acc_mem.write
@@ -246,6 +240,7 @@ class Chip(wiring.Component):
         perf = {name: Signal(64, name=f"perf_{name.lower()}") for name in PERF_COUNTERS}
         perf_hi = {name: Signal(32, name=f"perf_{name.lower()}_hi") for name in PERF_COUNTERS}
         clear_perf = Signal()
+        load_counters = Signal()
         clear_err = Signal()
         win_err = Signal()
         doorbell = Signal()
@@ -329,18 +324,23 @@ class Chip(wiring.Component):
                     m.next = "ACK"
             with m.State("MEMREAD"):
                 mem_data = win_rdata
-                for f in self.fault_list:
-                    if isinstance(f, CsrStuck) and f.register == "MEM_DATA":
-                        mem_data = _force_bit(mem_data, f.bit, f.value)
+                for name in WINDOW_DATA:  # a stuck bit in one window data register's read path
+                    mem_data = stuck_value(m, mem_data, faults, FaultKind.CSR_STUCK, REG_INDEX[name],
+                                           f"csr_{name.lower()}", extra=lambda d, a=REG[name].addr: req_addr == a)
                 m.d.sync += rdata.eq(mem_data)
                 m.next = "ACK"
             with m.State("ACK"):
-                m.d.comb += self.csr_ready.eq(1)
+                hang = Const(0)
+                for d in faults:
+                    hang = hang | active(d, FaultKind.BUS_HANG)
+                m.d.comb += self.csr_ready.eq(~hang)
                 m.next = "IDLE"
         m.d.comb += self.csr_rdata.eq(rdata)
 
         m.d.comb += [
             cmdp.tail.eq(tail),
+            cmdp.load_counters.eq(load_counters),
+            cmdp.load_value.eq(scratch),
             cmdp.clear_err.eq(clear_err),
             cmdp.ext_err_stb.eq(win_err),
             cmdp.ext_err_code.eq(ErrCode.WINDOW_RANGE),
@@ -360,6 +360,8 @@ class Chip(wiring.Component):
         for name, inc in increments.items():
             with m.If(clear_perf):
                 m.d.sync += perf[name].eq(0)
+            with m.Elif(load_counters):  # DFT: lets software set every counter bit without 2**b events
+                m.d.sync += perf[name].eq(Cat(scratch, scratch))
             with m.Else():
                 m.d.sync += perf[name].eq(perf[name] + inc)
 
@@ -370,15 +372,24 @@ class Chip(wiring.Component):
         # waits for idle right after ringing the doorbell never sees a stale 1.
         idle_q = Signal(init=1)  # out of reset the chip is idle: no spurious DONE interrupt
         m.d.sync += idle_q.eq(cmdp.idle & ~doorbell)
-        m.d.comb += self.idle.eq(idle_q)
+        m.d.comb += self.idle.eq(self._pin(m, faults, "idle", idle_q))
         with m.If(cmdp.idle & ~idle_q):
             m.d.sync += irq_status[0].eq(1)
         with m.If(cmdp.err_event):
             m.d.sync += irq_status[1].eq(1)
-        m.d.comb += self.irq.eq(irq_en & (irq_status != 0))
+        m.d.comb += self.irq.eq(self._pin(m, faults, "irq", irq_en & (irq_status != 0)))
 
         self._status = dict(engine=engine, reducer=reducer, cmdp=cmdp)
         return m
+
+    @staticmethod
+    def _pin(m, faults, pin: str, value):
+        for n, d in enumerate(faults):
+            on = active(d, FaultKind.PIN_STUCK, PINS.index(pin))
+            out = Signal(name=f"pin_{pin}_f{n}")
+            m.d.comb += out.eq(Mux(on, d.value, value))
+            value = out
+        return value
 
     def _register_access(self, m, cfg, addr, write, wdata, rdata, env):
         """Read mux and write side effects of the plain registers (everything but MEM_DATA)."""
@@ -410,9 +421,9 @@ class Chip(wiring.Component):
         for name in PERF_COUNTERS:
             ro[f"{name}_LO"] = perf[name][0:32]
             ro[f"{name}_HI"] = perf_hi[name]
-        for f in self.fault_list:
-            if isinstance(f, CsrStuck) and f.register in ro:
-                ro[f.register] = _force_bit(ro[f.register], f.bit, f.value)
+        for name in ro if env["faults"] else ():
+            ro[name] = stuck_value(m, Cat(ro[name], Const(0, 32))[:32], env["faults"], FaultKind.CSR_STUCK,
+                                   REG_INDEX[name], f"csr_{name.lower()}")
         with m.Switch(addr):
             for name, value in ro.items():
                 with m.Case(REG[name].addr):
@@ -429,6 +440,7 @@ class Chip(wiring.Component):
                         env["soft_rst"].eq(_bits(wdata, "CTRL", "soft_reset")),
                         env["clear_err"].eq(_bits(wdata, "CTRL", "clear_err")),
                         env["clear_perf"].eq(_bits(wdata, "CTRL", "clear_perf")),
+                        env["load_counters"].eq(_bits(wdata, "CTRL", "load_counters")),
                     ]
                     m.d.sync += env["irq_en"].eq(_bits(wdata, "CTRL", "irq_en"))
                 with m.Case(REG["SCRATCH"].addr):

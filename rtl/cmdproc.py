@@ -20,7 +20,9 @@ from amaranth.lib.wiring import In, Out
 
 from .config import ChipConfig
 from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, ErrCode, Format, Opcode, ReduceOp
+from .faults import FaultKind
 from .revisions import Defect
+from .saboteurs import stuck_value
 
 __all__ = ["CommandProcessor"]
 
@@ -46,9 +48,10 @@ class CommandProcessor(wiring.Component):
         A command was dropped this cycle.
     """
 
-    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset()):
+    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), faults=()):
         self.config = config
         self.defects = frozenset(defects)
+        self.faults = list(faults)  # fault descriptors (rtl/saboteurs.py): a FIFO data bit
         qw = (config.cmdq_depth - 1).bit_length()
         super().__init__(
             {
@@ -82,6 +85,8 @@ class CommandProcessor(wiring.Component):
                 "err_code": Out(8),
                 "err_cmd": Out(COMMAND_BITS),
                 "err_count": Out(32),
+                "load_counters": In(1),
+                "load_value": In(32),
                 "done_count": Out(32),
                 "stall": Out(1),
                 "err_event": Out(1),
@@ -106,7 +111,7 @@ class CommandProcessor(wiring.Component):
         m.d.comb += [
             can_fetch.eq((self.head != (self.tail & qmask)) & (q.level + inflight < cfg.cmd_fifo_depth)),
             self.cmdq_rd_addr.eq(self.head),
-            q.w_data.eq(self.cmdq_rd_data),
+            q.w_data.eq(stuck_value(m, self.cmdq_rd_data, self.faults, FaultKind.CMD_FIFO, None, "fifo_wd")),
             q.w_en.eq(inflight),
         ]
         m.d.sync += inflight.eq(can_fetch)
@@ -193,13 +198,16 @@ class CommandProcessor(wiring.Component):
             self.stall.eq(q.r_rdy & ~retire & ~drop),
             self.err_event.eq(drop | self.ext_err_stb),
         ]
-        with m.If(retire):
+        with m.If(self.load_counters):  # DFT (CTRL.load_counters): both event counters from SCRATCH
+            m.d.sync += [self.done_count.eq(self.load_value), self.err_count.eq(self.load_value)]
+        with m.Elif(retire):
             m.d.sync += self.done_count.eq(self.done_count + 1)
         # Both sources may fault in the same cycle: count both; the command's error wins ERR.
         with m.If(self.clear_err):
             m.d.sync += [self.err_code.eq(0), self.err_cmd.eq(0), self.err_count.eq(0)]
         with m.Else():
-            m.d.sync += self.err_count.eq(self.err_count + drop + self.ext_err_stb)
+            with m.If(~self.load_counters):
+                m.d.sync += self.err_count.eq(self.err_count + drop + self.ext_err_stb)
             with m.If(self.err_code == 0):
                 with m.If(drop):
                     m.d.sync += [self.err_code.eq(err), self.err_cmd.eq(q.r_data)]

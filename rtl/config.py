@@ -137,6 +137,16 @@ class ChipConfig:
         its drain counter from this, and the schedule model charges it once per wait for idle."""
         return self.rows + self.cols + 4
 
+    def matmul_busy_cycles(self, k: int) -> int:
+        """ENGINE_BUSY cycles of one MATMUL of ``k`` steps on an idle engine: its feed slot
+        (``max(k, min_matmul_cycles)``) and the drain after the last step."""
+        return max(k, self.min_matmul_cycles) + self.engine_drain_cycles
+
+    def reduce_busy_cycles(self, count: int) -> int:
+        """REDUCE_BUSY cycles of one REDUCE over ``count`` words (rtl/reduce.py): ``count`` read
+        cycles, the read register, one register per tree level, the fold and the write."""
+        return count + 2 + log2(self.lanes)
+
     @classmethod
     def parse_array(cls, text: str, **kwargs: int) -> "ChipConfig":
         """Build a config from an ``ROWSxCOLS`` string such as ``"8x8"``."""

@@ -108,7 +108,10 @@ _regs = [
     Register(
         "CTRL", 0x05, RW, 0x00, "Control. Strobe bits read back as 0.",
         (Field("soft_reset", 0, 1, "reset the command path, engine and reduction unit", strobe=True),
-         Field("irq_en", 1, 1), Field("clear_err", 2, 1, strobe=True), Field("clear_perf", 3, 1, strobe=True)),
+         Field("irq_en", 1, 1), Field("clear_err", 2, 1, strobe=True), Field("clear_perf", 3, 1, strobe=True),
+         Field("load_counters", 4, 1, "load every event counter (both words of each perf counter, DONE_COUNT, "
+               "ERR_COUNT) from SCRATCH: design for test, it sets counter bits that would otherwise take 2**b "
+               "events to reach", strobe=True)),
     ),
     Register("ERR", 0x06, RO, 0x00, "First error code (ErrCode) since the last clear.", (Field("code", 0, 8),)),
     Register("ERR_CMD0", 0x07, RO, 0x00, "Word 0 of the command that caused ERR."),
@@ -119,7 +122,8 @@ _regs = [
     Register("SCRATCH", 0x0C, RW, 0x00, "Free read/write register for bus tests."),
     Register("DONE_COUNT", 0x0D, RO, 0x00, "Commands retired (issued to a unit or completed)."),
     Register("CMDQ_HEAD", 0x0E, RO, 0x00, "Next command ring entry the chip will fetch."),
-    Register("CMDQ_TAIL", 0x0F, RW, 0x00, "Doorbell: one past the last valid ring entry."),
+    Register("CMDQ_TAIL", 0x0F, RW, 0x00, "Doorbell: one past the last valid ring entry.",
+             (Field("tail", 0, 16),)),
     Register("MEM_ADDR", 0x10, RW, 0x00, "Window address: [31:28] region (rtl/memories.py), [27:0] 32-bit chunk.",
              (Field("chunk", 0, 28), Field("region", 28, 4))),
     Register("MEM_DATA", 0x11, RW, None, "Window data; each access moves MEM_ADDR on by one chunk."),

@@ -23,7 +23,9 @@ from .config import ChipConfig
 from .ports import acc_port_members
 from .fp32 import CANONICAL_NAN, POS_INF, fp32_add, round_to_fp32
 from .isa import Format
+from .faults import FaultKind
 from .revisions import Defect
+from .saboteurs import stuck_value
 
 __all__ = ["MatrixEngine"]
 
@@ -48,9 +50,10 @@ class MatrixEngine(wiring.Component):
         A valid K step is being read this cycle (``rows*cols`` MACs issued).
     """
 
-    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset()):
+    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), faults=()):
         self.config = config
         self.defects = frozenset(defects)
+        self.faults = list(faults)  # fault descriptors (rtl/saboteurs.py): PE product / accumulator bits
         aw = (config.operand_depth - 1).bit_length()
         sw = (config.scale_depth - 1).bit_length()
         super().__init__(
@@ -298,9 +301,18 @@ class MatrixEngine(wiring.Component):
         # int8 MAC
         acc = Signal(32, name=f"acc_{i}_{j}")
         prod = Signal(signed(16), name=f"prod_{i}_{j}")
-        m.d.comb += prod.eq(a_code.as_signed() * b_code.as_signed())
         total = Signal(32, name=f"sum_{i}_{j}")
-        m.d.comb += total.eq(Mux(first, prod, acc + prod))  # signed extends; truncation wraps
+        pe = i * self.config.cols + j
+        if self.faults:  # a stuck bit in this PE's product or its accumulator's input
+            raw = Signal(16, name=f"{t}_prod_raw")
+            m.d.comb += raw.eq(a_code.as_signed() * b_code.as_signed())
+            m.d.comb += prod.eq(stuck_value(m, raw, self.faults, FaultKind.PE_PRODUCT, pe, f"{t}_prod"))
+            raw_total = Signal(32, name=f"{t}_sum_raw")
+            m.d.comb += raw_total.eq(Mux(first, prod, acc + prod))
+            m.d.comb += total.eq(stuck_value(m, raw_total, self.faults, FaultKind.PE_ACC, pe, f"{t}_acc"))
+        else:
+            m.d.comb += prod.eq(a_code.as_signed() * b_code.as_signed())
+            m.d.comb += total.eq(Mux(first, prod, acc + prod))  # signed extends; truncation wraps
 
         pend_last = Signal(name=f"{t}_pend_last")
         pend_int = Signal(32, name=f"{t}_pend_int")

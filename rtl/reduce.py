@@ -15,7 +15,9 @@ from amaranth.lib.wiring import In, Out
 from .config import ChipConfig
 from .ports import acc_port_members
 from .isa import ReduceOp
+from .faults import FaultKind
 from .revisions import Defect
+from .saboteurs import stuck_value
 
 __all__ = ["ReductionUnit"]
 
@@ -37,9 +39,10 @@ class ReductionUnit(wiring.Component):
         From ``start`` until the result is written.
     """
 
-    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset()):
+    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), faults=()):
         self.config = config
         self.defects = frozenset(defects)
+        self.faults = list(faults)  # fault descriptors (rtl/saboteurs.py): tree input lane bits
         super().__init__(
             {
                 "start": In(1),
@@ -81,7 +84,8 @@ class ReductionUnit(wiring.Component):
         last = Signal()
         m.d.sync += [v.eq(issue), first.eq(issue & (left == count)), last.eq(issue & (left == 1))]
         # tree
-        cur = [self.acc_rd_data.word_select(j, 32) for j in range(lanes)]
+        cur = [stuck_value(m, self.acc_rd_data.word_select(j, 32), self.faults, FaultKind.REDUCE_LANE, j, f"lane{j}")
+               for j in range(lanes)]
         cv, cf, cl = v, first, last
         for lvl in range(levels):
             nxt = []

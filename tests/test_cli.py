@@ -178,7 +178,7 @@ def test_simulator_choices_come_from_the_toolchain():
             if {"--sim", "--sims"} & set(action.option_strings):
                 assert tuple(action.choices) == SIMULATORS, path
                 seen.append(path)
-    assert len(seen) == 7, seen  # run gemm/reduce, bench, bringup, numerics, errata check/measure
+    assert len(seen) == 8, seen  # run gemm/reduce, bench, bringup, faults campaign, numerics, errata check/measure
 
 
 def test_bringup_help_names_every_fault_form(capsys):

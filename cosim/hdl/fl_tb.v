@@ -40,8 +40,17 @@ module fl_tb (
     end
 `endif
 
+`ifdef FL_FAULT_PORT
+    // Fault-campaign builds: the descriptor of the one fault this run injects (rtl/faults.py),
+    // written once by the testbench before reset and constant afterwards; 0 is a good chip.
+    reg [`FL_FAULT_PORT-1:0] fault_sel = 0;
+`endif
+
     fl_chip chip (
         .clk(clk), .rst(rst),
+`ifdef FL_FAULT_PORT
+        .fault_sel(fault_sel),
+`endif
         .csr_addr(csr_addr), .csr_wdata(csr_wdata), .csr_we(csr_we), .csr_re(csr_re),
         .csr_rdata(csr_rdata), .csr_ready(csr_ready), .irq(irq), .idle(idle)
     );

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 __all__ = ["Stage", "STAGES", "STAGE_NAMES", "STATUSES", "closure"]
 
-STATUSES = ("passed", "failed", "blocked", "skipped")
+# failed: the chip is wrong. error: the harness could not tell (simulator crash, failed build,
+# corrupt cache, a bug in a stage). interrupted: SIGINT/SIGTERM arrived while it ran.
+STATUSES = ("passed", "failed", "error", "interrupted", "blocked", "skipped")
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,17 @@ from kernels.gemm import gemm, plan_for
 from kernels.lowp import gemm_lowp, mx_gemm_codes
 from kernels.reduce import reduce_rows
 from rtl.config import ChipConfig
-from rtl.csr_map import ID_MAGIC, REG, REGISTERS, WINDOW_DATA, Access
-from rtl.isa import ErrCode, fence, nop, pack_command
+from rtl.csr_map import ID_MAGIC, REG, REGISTERS, WINDOW_DATA
+from cosim.device import DeviceError, DeviceTimeout
+from cosim.testbench import BusTimeout
+from rtl.isa import ErrCode, ReduceOp, fence, matmul, nop, pack_command, reduce
 from rtl.memories import MEMORIES
 from rtl.revisions import BY_CODE, REVISIONS
 from workarounds.check import compare
 from workarounds.reproducers import run_reproducer
 
 from ..jobs.checks import lowp_mismatch
+from . import diagnose, registers
 from .plan import STAGES
 
 __all__ = ["bringup_job", "StageFailed"]
@@ -81,6 +84,10 @@ async def stage_reset(ctx: Ctx):
             bad.append(f"{r.name} = 0x{v:08x}, documented reset 0x{r.reset:08x} (bits {_bits(v ^ r.reset)} differ)")
     x_note = ("outputs have X/Z: " + ", ".join(xs)) if xs else (
         "no X/Z on outputs" if _four_state() else "X check not applicable (2-state simulator)")
+    for pin, want in (("idle", 1), ("irq", 0)):  # out of reset the chip is idle and quiet
+        got = dev.read_pin(pin)
+        if got != want and got != -1:
+            bad.append(f"the {pin} pin reads {got} after reset, expected {want} (stuck at {got}?)")
     if bad or xs:
         raise StageFailed("; ".join(bad + ([x_note] if xs else [])), {"registers_wrong": len(bad)})
     checked = sum(1 for r in REGISTERS if r.reset is not None and r.name not in WINDOW_DATA)
@@ -125,40 +132,21 @@ async def stage_identity(ctx: Ctx):
     return f"ID ok, {ctx.expected.rows}x{ctx.expected.cols} array, {note}", figures
 
 
-# ---- 4. CSR bus -----------------------------------------------------------------------------
-PATTERNS = [1 << i for i in range(32)] + [0xFFFFFFFF ^ (1 << i) for i in range(32)] + [0, 0xFFFFFFFF, 0xAAAAAAAA, 0x55555555]
-# Read-only registers whose value holds still while the chip is idle: a write must not move them.
-READ_ONLY = tuple(r.name for r in REGISTERS if r.access is Access.RO and not r.volatile)
-
-
+# ---- 4. CSR bus ------------------------------------------------------------------------------
 async def stage_csr_bus(ctx: Ctx):
     dev = ctx.dev
-    problems = []
-    for reg in ("SCRATCH", "MEM_ADDR"):
-        seen1, seen0, first_bad = 0, 0, None
-        for p in PATTERNS:
-            await dev.write_csr(reg, p)
-            v = await dev.read_csr(reg)
-            seen1 |= v
-            seen0 |= ~v & 0xFFFFFFFF
-            if v != p and first_bad is None:
-                first_bad = (p, v)
-        if first_bad:
-            stuck0 = [b for b in range(32) if not seen1 >> b & 1]
-            stuck1 = [b for b in range(32) if not seen0 >> b & 1]
-            desc = ", ".join([f"bit {b} stuck at 0" for b in stuck0] + [f"bit {b} stuck at 1" for b in stuck1]) or "bits coupled"
-            problems.append(f"{reg}: {desc} (wrote 0x{first_bad[0]:08x}, read 0x{first_bad[1]:08x})")
-    await dev.write_csr("MEM_ADDR", 0)
-    for reg in READ_ONLY:
-        before = await dev.read_csr(reg)
-        await dev.write_csr(reg, ~before & 0xFFFFFFFF)
-        after = await dev.read_csr(reg)
-        if after != before:
-            problems.append(f"{reg} is read-only but changed from 0x{before:08x} to 0x{after:08x} on a write")
+    rw_problems, written = await registers.check_rw(dev)
+    ro_problems = await registers.check_read_only(dev)
+    counter_problems, figures = await registers.check_counters(dev)
+    window_problems = await registers.check_window_data(dev, ctx.expected)
+    problems = rw_problems + ro_problems + counter_problems + window_problems
+    figures = {"patterns": written, **figures}
     if problems:
-        raise StageFailed("; ".join(problems), {"problems": len(problems)})
-    return (f"SCRATCH and MEM_ADDR pass {len(PATTERNS)} patterns (walking 1s/0s); {len(READ_ONLY)} read-only "
-            "registers ignore writes"), {"patterns": len(PATTERNS)}
+        raise StageFailed("; ".join(problems), figures)
+    return (f"{len(registers.RW_REGISTERS)} read/write registers pass {written} walking-1/0 patterns; "
+            f"{len(registers.READ_ONLY)} read-only registers ignore writes; {len(registers.EVENT_COUNTERS)} "
+            f"counter words load and read back {len(registers.COUNTER_PATTERNS)} patterns (CYCLES against the "
+            "testbench clock); the window data registers read back on two SRAMs"), figures
 
 
 # ---- 5. memories ----------------------------------------------------------------------------
@@ -212,6 +200,13 @@ async def _address_bus(w: _Window):
     for a in addrs:
         await w.seek(a * w.chunks)
         await w.write(pattern, "MEM_DATA_KEEP")
+    # Each word must hold the pattern before the walk: a word that does not is a bad cell (with
+    # its bit), not an address line.
+    for a in addrs:
+        await w.seek(a * w.chunks)
+        got = await w.read("MEM_DATA_KEEP")
+        if got != pattern:
+            raise _MemFault(w.where(a * w.chunks, got, pattern, "address-bus pattern"))
     for i, a in enumerate(addrs):
         await w.seek(a * w.chunks)
         await w.write(anti, "MEM_DATA_KEEP")
@@ -285,35 +280,187 @@ async def stage_memories(ctx: Ctx):
 
 
 # ---- 6. command path ------------------------------------------------------------------------
+# Two bad commands with complementary bits: every bit of ERR_CMD0..3 (and of the command's way
+# from the ring through the FIFO) is seen at 0 and at 1. Opcodes 0x5A and 0xA5 are unknown, and
+# so is every single-bit change of either, so a corrupted bit still faults and is shown.
+_PATTERN = 0x0123456789ABCDEF_FEDCBA9876543210
+
+
+def _bad_command(opcode: int, pattern: int) -> int:
+    from rtl.isa import COMMAND_LAYOUT
+
+    off, width = COMMAND_LAYOUT["opcode"].offset, COMMAND_LAYOUT["opcode"].width
+    mask = ((1 << width) - 1) << off
+    return (pattern & ~mask & (2**128 - 1)) | (opcode << off)
+
+
+def _command_field(bit: int) -> str:
+    from rtl.isa import COMMAND_LAYOUT
+
+    for name, f in COMMAND_LAYOUT:
+        if f.offset <= bit < f.offset + f.width:
+            return name
+    return "?"
+
+
+async def _expect_error(dev, commands, code: ErrCode, problems: list, what: str) -> None:
+    await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
+    await dev.run(commands)
+    err = await dev.read_csr("ERR")
+    if err != code:
+        problems.append(f"{what} left ERR = {err}, expected {int(code)} ({code.name})")
+
+
 async def stage_command_path(ctx: Ctx):
     dev = ctx.dev
+    cfg = ctx.expected
     problems = []
-    await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
-    d0 = await dev.read_csr("DONE_COUNT")
-    await dev.run([nop(), fence(), nop()])
+    await dev.soft_reset()  # DONE_COUNT and ERR_COUNT from 0
+    try:
+        await dev.run([nop(), fence(), nop()])
+    except DeviceTimeout as e:
+        status = REG["STATUS"].unpack(await dev.read_csr("STATUS"))
+        if status["idle"] and dev.read_pin("idle") == 0:
+            raise StageFailed("the idle pin is stuck at 0: STATUS.idle = 1 but the pin never rose "
+                              f"(waited {dev.default_budget()} cycles)") from e
+        raise
     d1 = await dev.read_csr("DONE_COUNT")
-    if d1 - d0 != 3:
-        problems.append(f"NOP, FENCE, NOP moved DONE_COUNT by {d1 - d0}, expected 3")
-    bad = pack_command(0x7E, tag=0xB0B0)  # an opcode the command set does not have
-    await dev.run([bad, nop()])
-    err = await dev.read_csr("ERR")
-    words = [await dev.read_csr(f"ERR_CMD{i}") for i in range(4)]
-    if err != ErrCode.BAD_OPCODE:
-        problems.append(f"a bad opcode left ERR = {err}, expected {int(ErrCode.BAD_OPCODE)} (BAD_OPCODE)")
-    if sum(w << (32 * i) for i, w in enumerate(words)) != bad:
-        problems.append("ERR_CMD0..3 do not hold the faulting command")
+    if d1 != 3:
+        problems.append(f"NOP, FENCE, NOP left DONE_COUNT = {d1}, expected 3")
+    # the faulting command, twice with complementary bits; ERR, ERR_CMD, ERR_COUNT absolute
+    for opcode, pattern in ((0x5A, _PATTERN), (0xA5, ~_PATTERN)):
+        bad = _bad_command(opcode, pattern)
+        await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
+        await dev.run([bad, nop()])
+        err = await dev.read_csr("ERR")
+        words = [await dev.read_csr(f"ERR_CMD{i}") for i in range(4)]
+        seen = sum(w << (32 * i) for i, w in enumerate(words))
+        if err != ErrCode.BAD_OPCODE:
+            problems.append(f"bad opcode 0x{opcode:02x} left ERR = {err}, expected {int(ErrCode.BAD_OPCODE)} "
+                            "(BAD_OPCODE)")
+        if err and seen != bad:
+            diff = seen ^ bad
+            bits = [b for b in range(128) if diff >> b & 1]
+            if len(bits) <= 2:
+                problems += [f"command bit {b} ({_command_field(b)}) reads {seen >> b & 1} in ERR_CMD{b // 32}: "
+                             f"stuck at {seen >> b & 1} between the ring and the executor (the command FIFO or "
+                             f"the ring's fetch port), or ERR_CMD{b // 32} bit {b % 32} stuck" for b in bits]
+            else:
+                problems.append(f"ERR_CMD0..3 do not hold the faulting command ({len(bits)} bits differ: {bits[:6]})")
+        count = await dev.read_csr("ERR_COUNT")
+        if count != 1:
+            problems.append(f"one bad command left ERR_COUNT = {count}, expected 1")
     d2 = await dev.read_csr("DONE_COUNT")
-    if d2 - d1 != 1:
-        problems.append(f"the NOP after the bad command did not retire (DONE_COUNT moved by {d2 - d1})")
-    if not (await dev.read_csr("IRQ_STATUS")) & REG["IRQ_STATUS"].field("err").mask:
-        problems.append("IRQ_STATUS.err not set by the faulting command")
+    if d2 - d1 != 2:
+        problems.append(f"the NOPs after the bad commands did not retire (DONE_COUNT moved by {d2 - d1}, expected 2)")
+    # every ERR bit a code uses: BAD_LENGTH (2) and C_RANGE (5) beside BAD_OPCODE (1)
+    await _expect_error(dev, [matmul(a=0, b=0, c=0, k=0)], ErrCode.BAD_LENGTH, problems, "a MATMUL with K = 0")
+    await _expect_error(dev, [matmul(a=0, b=0, c=cfg.acc_depth - 1, k=4)], ErrCode.C_RANGE, problems,
+                        "a MATMUL whose C rows pass the end of ACC")
     await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
     if await dev.read_csr("ERR"):
         problems.append("CTRL.clear_err did not clear ERR")
-    await dev.write_csr("IRQ_STATUS", REG["IRQ_STATUS"].pack(done=1, err=1))
+    problems += await _status_while_busy(dev, cfg)
+    problems += await _counters_count(dev, cfg)
+    problems += await _interrupts(dev)
+    await dev.soft_reset()
     if problems:
         raise StageFailed("; ".join(problems))
-    return "NOP/FENCE retire, a bad opcode sets ERR with the command and the chip goes on", {"done_count": d2}
+    return ("NOP/FENCE retire, bad commands set ERR/ERR_CMD/ERR_COUNT exactly and the chip goes on; STATUS, "
+            "FIFO level and the idle pin track a busy chip; MACS/ENGINE_BUSY/REDUCE_BUSY count exactly; "
+            "interrupts raise, mask and clear"), {"done_count": d2}
+
+
+async def _status_while_busy(dev, cfg: ChipConfig) -> list[str]:
+    """STATUS bits and the FIFO level while the engine or the reduction unit is busy."""
+    problems = []
+    status = REG["STATUS"]
+    long_k = min(cfg.operand_depth - 1, 1000)
+    # Four long MATMULs: the first feeds, the other three wait in the FIFO behind it (a MATMUL
+    # leaves the FIFO when the feed takes it), then n NOPs: levels 3, 4, 8, 16 set and clear
+    # every level bit of a 16-deep FIFO.
+    for n in (0, 1, 5, 13):
+        if 3 + n > cfg.cmd_fifo_depth:
+            break
+        cmds = [matmul(a=0, b=0, c=0, k=long_k) for _ in range(4)] + [nop()] * n
+        await dev.submit(cmds)
+        await dev.tb.wait_cycles(48)  # the fetcher has queued everything behind the waiting MATMUL
+        st = status.unpack(await dev.read_csr("STATUS"))
+        pin = dev.read_pin("idle")
+        want = {"busy": 1, "engine_busy": 1, "idle": 0, "fifo_level": 3 + n}
+        for f, v in want.items():
+            if st[f] != v:
+                problems.append(f"STATUS.{f} = {st[f]} while the engine is busy with {n} NOPs queued, expected {v}")
+        if pin == 1:
+            problems.append("the idle pin reads 1 while the engine is busy (stuck at 1?)")
+        await dev.wait_idle()
+        if problems:
+            break
+    await dev.submit([reduce(ReduceOp.SUM, src=0, count=cfg.acc_depth - 2, dst=cfg.acc_depth - 1)])
+    await dev.tb.wait_cycles(8)  # fetched, decoded and started
+    st = status.unpack(await dev.read_csr("STATUS"))
+    if not st["reduce_busy"]:
+        problems.append("STATUS.reduce_busy = 0 while a REDUCE runs")
+    await dev.wait_idle()
+    await dev.run([pack_command(0x5A)])
+    if not status.unpack(await dev.read_csr("STATUS"))["err"]:
+        problems.append("STATUS.err = 0 with ERR set")
+    await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
+    return problems
+
+
+async def _counters_count(dev, cfg: ChipConfig) -> list[str]:
+    """Perf counters against what the commands must cost (absolute, from a clear)."""
+    problems = []
+    k = 64
+    await dev.write_csr("CTRL", REG["CTRL"].pack(clear_perf=1))
+    await dev.run([matmul(a=0, b=0, c=0, k=k)])
+    await dev.run([reduce(ReduceOp.SUM, src=0, count=8, dst=16)])
+    perf = await dev.read_perf()
+    want = {"MACS": cfg.rows * cfg.cols * k, "ENGINE_BUSY": cfg.matmul_busy_cycles(k),
+            "REDUCE_BUSY": cfg.reduce_busy_cycles(8), "STALLS": 0}
+    for name, v in want.items():
+        got = perf.counters[name]
+        if got != v:
+            diff = got ^ v
+            bit = f" (bit{'s' if diff & (diff - 1) else ''} {[b for b in range(64) if diff >> b & 1][:4]} differ)"
+            problems.append(f"{name} = {got} after one MATMUL (K={k}) and one REDUCE (8 words), expected {v}{bit}")
+    return problems
+
+
+async def _interrupts(dev) -> list[str]:
+    """IRQ_STATUS causes, the irq_en mask, the irq pin and write-1-to-clear."""
+    problems = []
+    irq = REG["IRQ_STATUS"]
+    ctrl = REG["CTRL"]
+
+    async def expect(what, status, pin):
+        got = irq.unpack(await dev.read_csr("IRQ_STATUS"))
+        for f, v in status.items():
+            if got[f] != v:
+                problems.append(f"IRQ_STATUS.{f} = {got[f]} {what}, expected {v}")
+        p = dev.read_pin("irq")
+        if p != pin:
+            problems.append(f"the irq pin reads {p} {what}, expected {pin}")
+
+    await dev.write_csr("CTRL", ctrl.pack(irq_en=0))
+    await dev.write_csr("IRQ_STATUS", irq.pack(done=1, err=1))
+    await expect("after clearing both causes", {"done": 0, "err": 0}, 0)
+    await dev.run([nop()])
+    await expect("after a NOP with irq_en = 0", {"done": 1, "err": 0}, 0)
+    await dev.write_csr("CTRL", ctrl.pack(irq_en=1))
+    await expect("with irq_en = 1 and done pending", {"done": 1}, 1)
+    await dev.write_csr("IRQ_STATUS", 0)
+    await expect("after writing 0 (must not clear)", {"done": 1}, 1)
+    await dev.write_csr("IRQ_STATUS", irq.pack(done=1))
+    await expect("after writing 1 to done", {"done": 0, "err": 0}, 0)
+    await dev.run([pack_command(0x5A)])
+    await dev.write_csr("IRQ_STATUS", irq.pack(done=1))
+    await expect("after a bad command (done cleared)", {"done": 0, "err": 1}, 1)
+    await dev.write_csr("IRQ_STATUS", irq.pack(err=1))
+    await expect("after writing 1 to err", {"done": 0, "err": 0}, 0)
+    await dev.write_csr("CTRL", ctrl.pack(irq_en=0, clear_err=1))
+    return problems
 
 
 # ---- 7. engine and reduction smoke ------------------------------------------------------------
@@ -355,7 +502,13 @@ async def stage_engine_smoke(ctx: Ctx):
         problems.append(_mismatch(bits, ref, f"{fmt} MATMUL"))
     problems = [p for p in problems if p]
     if problems:
-        raise StageFailed("; ".join(problems))
+        where = []
+        if any("MATMUL" in p for p in problems):
+            where.append(await diagnose.locate_pe(dev, rng))
+        if any("REDUCE" in p for p in problems):
+            where.append(await diagnose.locate_lane(dev))
+        where = [w for w in where if w]
+        raise StageFailed("; ".join(where + problems), {"located": where})
     return ("identity and random MATMUL, SUM/MAX/MIN" + (f", {'/'.join(fp)} MATMUL" if fp else "")
             + " bit-exact vs golden"), {"formats": list(cfg.formats)}
 
@@ -454,10 +607,23 @@ STAGE_FUNCS = {
 }
 
 
+# A chip that answers wrong, hangs or never finishes is a failure; any other exception is a
+# fault of the harness itself (a bug in a stage, a broken simulator) and is reported as an error.
+CHIP_FAILURES = (DeviceError, DeviceTimeout, BusTimeout)
+
+
 async def bringup_job(dev, emit, selected: list[str], seed: int, faults: list[str],
-                      built_revision: str | None = None, watchdog_cycles: int = 1_000_000) -> dict:
-    """Run the simulator-side stages in order; ``selected`` names the stages to run."""
+                      built_revision: str | None = None, watchdog_cycles: int = 1_000_000,
+                      fault_code: int = 0, stop_at_first_failure: bool = False) -> dict:
+    """Run the simulator-side stages in order; ``selected`` names the stages to run.
+
+    ``fault_code`` is a fault descriptor (rtl/faults.py) for a campaign build's ``fault_sel``
+    port, set before a fresh reset; ``stop_at_first_failure`` skips the rest once a stage fails
+    (a campaign only needs the first stage that sees the fault)."""
     dev.watchdog_cycles = watchdog_cycles
+    if fault_code:
+        dev.tb.dut.fault_sel.value = fault_code
+        await dev.tb.reset()
     ctx = Ctx(dev, seed, dev.config, faults, built_revision)
     status = {"build": "passed"}
     for stage in STAGES[1:]:
@@ -465,8 +631,10 @@ async def bringup_job(dev, emit, selected: list[str], seed: int, faults: list[st
                "details": "", "figures": {}, "duration_s": 0.0}
         if stage.name not in selected:
             rec.update(status="skipped", details="not selected (--only)")
+        elif stop_at_first_failure and any(v in ("failed", "error") for v in status.values()):
+            rec.update(status="skipped", details="not run: a stage already failed (stop at first failure)")
         else:
-            blockers = [d for d in stage.depends_on if status.get(d) in ("failed", "blocked")]
+            blockers = [d for d in stage.depends_on if status.get(d) in ("failed", "error", "blocked")]
             if blockers:
                 rec.update(status="blocked", blocked_by=blockers[0], details=f"blocked by {blockers[0]}")
             else:
@@ -477,9 +645,13 @@ async def bringup_job(dev, emit, selected: list[str], seed: int, faults: list[st
                     rec.update(status="passed", details=details, figures=figures)
                 except StageFailed as e:
                     rec.update(status="failed", details=e.details, figures=e.figures)
-                except Exception as e:  # a crash or a watchdog: a failure with its diagnosis
+                except CHIP_FAILURES as e:  # a watchdog, a hung bus, a chip error: with the dump
                     rec.update(status="failed", details=f"{type(e).__name__}: {e}",
                                figures={"traceback": traceback.format_exc(limit=6)})
+                    await _recover(dev)
+                except Exception as e:  # noqa: BLE001 - the harness broke, not the chip
+                    rec.update(status="error", details=f"harness error: {type(e).__name__}: {e}",
+                               figures={"traceback": traceback.format_exc(limit=8)})
                     await _recover(dev)
                 rec["duration_s"] = round(time.perf_counter() - t0, 3)
         status[stage.name] = rec["status"]

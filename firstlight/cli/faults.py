@@ -1,0 +1,187 @@
+"""``firstlight faults``: the fault universe of a chip, and coverage campaigns over it."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+
+from .common import (
+    add_array_option,
+    add_formats_option,
+    add_rev_option,
+    add_seed_option,
+    add_sim_option,
+    console,
+    err_console,
+    positive,
+    require_sim,
+    variant_from_args,
+)
+
+__all__ = ["add_parser", "cmd"]
+
+EPILOG = """\
+A campaign builds one chip with a fault-select port (cached like every build), checks that it
+passes the checklist with no fault, then runs the checklist once per fault, in parallel, each
+run stopping at the first failing stage. A fault is detected when a stage meant for its kind
+fails and names its site, misattributed when a stage fails but blames something else,
+undetected when every stage passes (an escape: the report gives the --inject command that
+reproduces it), error when the harness could not tell.
+
+examples:
+  firstlight faults list                                   the fault universe, kind by kind
+  firstlight faults campaign --sample 40 --formats int8 --sram-depth 64     a quick one
+  firstlight faults campaign --sample 500 --seed 7 --report out/campaign  the default chip
+
+exit codes: 0 the campaign ran and met --min-coverage, 1 it did not, 2 could not start.
+"""
+
+
+def add_parser(subparsers) -> None:
+    fp = subparsers.add_parser("faults", help="the fault universe and coverage campaigns of the checklist",
+                               description="Inject faults into the RTL and measure what the bring-up "
+                               "checklist catches.", epilog=EPILOG,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = fp.add_subparsers(dest="faults_command", required=True, metavar="SUBCOMMAND")
+    ls = sub.add_parser("list", help="every kind of fault, its syntax and how many sites the chip has")
+    _chip_options(ls)
+    ls.set_defaults(handler=cmd_list)
+    cp = sub.add_parser("campaign", help="run the checklist on faulty chips and report the coverage",
+                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _chip_options(cp)
+    add_sim_option(cp)
+    cp.add_argument("--sample", type=positive, default=None, metavar="N",
+                    help="a seeded random sample of N faults, spread evenly over the kinds (default: the "
+                    "whole universe, which on the default chip is millions of faults)")
+    add_seed_option(cp, help="seed of the sample and of the checklist's random data (default 1)")
+    cp.add_argument("--workers", type=positive, default=None, metavar="N",
+                    help="simulator processes at once (default: one per core)")
+    cp.add_argument("--report", type=Path, default=None, metavar="DIR",
+                    help="write campaign.json and campaign.md here")
+    cp.add_argument("--min-coverage", type=float, default=0.0, metavar="PCT",
+                    help="exit 1 if fewer than PCT%% of the faults are detected (default 0: report only)")
+    cp.add_argument("--watchdog", type=positive, default=1_000_000, metavar="CYCLES",
+                    help="cycle budget of every wait for the chip (default 1000000)")
+    cp.set_defaults(handler=cmd_campaign)
+
+
+def _chip_options(p) -> None:
+    add_rev_option(p, help="revision to build (default A0)")
+    add_array_option(p)
+    add_formats_option(p)
+    p.add_argument("--sram-depth", type=positive, default=None, metavar="N",
+                   help="words in every SRAM (power of two; default 1024)")
+
+
+def _config(args):
+    cfg = variant_from_args(args).config
+    if args.sram_depth:
+        try:
+            cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)
+        except ValueError as e:
+            raise CannotStart(f"--sram-depth: {e}") from None
+    return cfg
+
+
+def cmd_list(args) -> int:
+    from rtl.faults import FAULT_FORMS, universe
+
+    cfg = _config(args)
+    t = Table(title=f"fault universe of the {cfg.rows}x{cfg.cols} chip ({'/'.join(cfg.formats)}, "
+                    f"SRAMs {cfg.operand_depth} words)")
+    t.add_column("kind")
+    t.add_column("faults", justify="right", no_wrap=True)
+    for space in universe(cfg):
+        t.add_row(space.name, f"{space.size:,}")
+    console.print(t)
+    console.print("syntax (--inject):")
+    for form, note in FAULT_FORMS:
+        console.print(f"  {escape(form)}  [dim]{escape(note)}[/]", emoji=False)
+    return EXIT_OK
+
+
+def _reproduce(spec: str, args) -> str:
+    parts = ["firstlight", "bringup", "--inject", spec, "--rev", args.rev]
+    if args.array:
+        parts += ["--array", args.array]
+    if args.formats:
+        parts += ["--formats", *args.formats]
+    if args.sram_depth:
+        parts += ["--sram-depth", str(args.sram_depth)]
+    return shlex.join(parts)
+
+
+def cmd_campaign(args) -> int:
+    from firstlight.faults.campaign import run_campaign, sample_faults, write_report
+
+    require_sim(args.sim)
+    cfg = _config(args)
+    if args.report is not None:
+        try:
+            args.report.mkdir(parents=True, exist_ok=True)
+            probe = args.report / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise CannotStart(f"--report {args.report}: cannot write there ({e.strerror or e})") from None
+    specs = sample_faults(cfg, args.sample, args.seed)
+    err_console.print(f"campaign: {len(specs)} faults on revision {args.rev}, {args.sim}; building the "
+                      "campaign chip (cached after the first time)...", highlight=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as progress:
+        task = progress.add_task("faults", total=len(specs))
+        escapes = []
+
+        def on_result(r):
+            progress.advance(task)
+            if r["verdict"] not in ("detected", "redundant"):
+                escapes.append(r)
+                progress.console.print(f"{r['verdict']}: {escape(r['fault'])}", highlight=False, emoji=False)
+
+        result = run_campaign(cfg, args.rev, args.sim, specs, seed=args.seed, workers=args.workers,
+                              watchdog=args.watchdog, on_result=on_result)
+    _print(result)
+    bad = [r for r in result.results if r["verdict"] not in ("detected", "redundant")]
+    if bad:
+        console.print("not detected as they should be (reproduce with the command shown):")
+        for r in bad:
+            where = f" -- first failing stage {r['stage']}: {r['details'][:160]}" if r["stage"] else ""
+            console.print(f"  {r['verdict']}: {escape(_reproduce(r['fault'], args))}{escape(where)}",
+                          highlight=False, emoji=False)
+    if args.report:
+        command = shlex.join(["firstlight", *sys.argv[1:]])
+        for p in write_report(result, args.report, command):
+            console.print(f"wrote {escape(str(p))}", highlight=False)
+    return EXIT_OK if result.coverage() >= args.min_coverage else EXIT_FAIL
+
+
+def _print(result) -> None:
+    t = Table(title=f"fault coverage: revision {result.revision}, {result.sim}, seed {result.seed} "
+                    f"(build {result.build_s:.0f} s, wall {result.wall_s:.0f} s)")
+    heads = {"kind": "kind", "universe": "universe", "faults": "run", "redundant": "redund.", "detected": "detected",
+             "misattributed": "misattr.", "undetected": "undet.", "error": "error"}
+    for col in heads.values():
+        t.add_column(col, justify="left" if col == "kind" else "right", no_wrap=col != "kind",
+                     overflow="fold")
+    for kind, row in result.by_kind().items():
+        t.add_row(kind, f"{result.universe.get(kind, 0):,}", str(row["faults"]), str(row["redundant"]),
+                  str(row["detected"]), str(row["misattributed"]), str(row["undetected"]), str(row["error"]))
+    tot = result.totals()
+    t.add_row("all", "", str(tot["faults"]), str(tot["redundant"]), f"{tot['detected']} ({result.coverage():.1f}%)",
+              str(tot["misattributed"]), str(tot["undetected"]), str(tot["error"]), style="bold")
+    console.print(t)
+    st = Table(title="first failing stage")
+    st.add_column("stage")
+    st.add_column("faults", justify="right")
+    for stage, n in sorted(result.by_stage().items(), key=lambda kv: -kv[1]):
+        st.add_row(stage, str(n))
+    console.print(st)

@@ -1,0 +1,1 @@
+"""Fault campaigns over the fault universe of a chip (rtl/faults.py)."""
