@@ -7,19 +7,34 @@ Two cache levels under one folder (``$FIRSTLIGHT_CACHE`` or ``~/.cache/firstligh
   nothing outside itself, a test holds it to that) and the Amaranth version. A hit skips
   elaboration.
 * ``sim/<sim>-<key>/`` -- key: the Verilog text, the testbench wrapper, the Verilator control
-  file, the simulator and its version, cocotb's version, the clock mode and the build flags. A
-  hit skips compilation.
+  file, the simulator and its version, cocotb's version, the clock mode, the build flags and the
+  cache format. A hit skips compilation.
 
 A file lock per key makes concurrent builders (``pytest -n 2``) build each variant once; a
-``.complete`` marker written last means an interrupted build is never reused.
+``.complete`` marker written last means an interrupted build is never reused, and a miss starts
+from an empty folder (a compiler killed mid-write leaves object files ``make`` would trust).
+
+Nothing cached is trusted on its name alone: the size and sha256 of the Verilog
+(``verilog/<key>/manifest.json``) and of the built model (the Verilator binary or the Icarus
+``sim.vvp``, in the ``.complete`` marker) are recorded when they are made and checked before
+each use. An entry that does not match is rebuilt with a warning on the ``firstlight`` logger.
+
+Every compiler and simulator runs through :func:`run_tracked`: in its own session (a Ctrl-C on
+the terminal reaches the harness, which stops it cleanly) and registered, so that
+:func:`stop_children` can end all of them when the harness is interrupted.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
+import shutil
+import signal
+import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,13 +46,17 @@ from rtl.config import ChipConfig
 from .toolchain import SimInfo, find_simulator
 
 __all__ = ["Variant", "Build", "cache_root", "generate_verilog", "build_simulator", "verilog_key", "rtl_source_digest",
-           "TB_TOPLEVEL"]
+           "TB_TOPLEVEL", "HarnessError", "BuildFailed", "CommandFailed", "describe_returncode", "run_tracked",
+           "stop_children", "running_children", "model_artifact", "log_excerpt"]
 
 _log = logging.getLogger("firstlight.build")
 TB_TOPLEVEL = "fl_tb"
 CHIP_MODULE = "fl_chip"
 _HDL_DIR = Path(__file__).resolve().parent / "hdl"
 _RTL_DIR = Path(__file__).resolve().parent.parent / "rtl"
+# Part of the simulator cache key: entries made before sizes and hashes were recorded are not
+# reused (they cannot be verified), so they are rebuilt once into new folders, never in place.
+CACHE_FORMAT = "2: artifacts hashed"
 
 # Verilator: keep lint warnings visible in the build log but not fatal (Amaranth's Verilog has
 # width-mismatch patterns Verilator flags); --timing for the HDL clock in the wrapper.
@@ -56,6 +75,141 @@ def cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "firstlight"
 
+
+# ---- harness errors -------------------------------------------------------------------------------
+
+class HarnessError(RuntimeError):
+    """The harness could not do its job (a build failed, a simulator died): not a verdict on the chip."""
+
+    def __init__(self, message: str, log: Path | None = None):
+        super().__init__(message)
+        self.log = log
+
+
+class CommandFailed(RuntimeError):
+    """A compiler or simulator process ended with a non-zero status."""
+
+    def __init__(self, cmd: list[str], returncode: int, pid: int):
+        super().__init__(f"{Path(cmd[0]).name} (pid {pid}) {describe_returncode(returncode)}")
+        self.cmd, self.returncode, self.pid = cmd, returncode, pid
+
+
+class BuildFailed(HarnessError):
+    """Elaboration or the simulator build failed; the message names the build log and its errors."""
+
+
+def describe_returncode(rc: int | None) -> str:
+    """``-9`` -> ``"was killed by SIGKILL"``; ``3`` -> ``"exited with code 3"``."""
+    if rc is None:
+        return "did not report an exit status"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"was killed by {name}"
+    if rc > 128:
+        try:
+            return f"exited with code {rc} (128 + {signal.Signals(rc - 128).name}: killed by a signal)"
+        except ValueError:
+            pass
+    return f"exited with code {rc}"
+
+
+def log_excerpt(path: Path, n: int = 12, pattern: str | None = None) -> str:
+    """The last ``n`` relevant lines of a log: those matching ``pattern`` if any do, else the last
+    non-blank ones."""
+    import re
+
+    try:
+        lines = [ln.rstrip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError as e:
+        return f"(log {path} unreadable: {e.strerror})"
+    if not lines:
+        return "(the log is empty)"
+    if pattern:
+        hits = [ln for ln in lines if re.search(pattern, ln)]
+        if hits:
+            lines = hits
+    return "\n".join(lines[-n:])
+
+
+# ---- child processes ------------------------------------------------------------------------------
+
+_CHILDREN: dict[int, subprocess.Popen] = {}
+_CHILDREN_LOCK = threading.Lock()
+
+
+def run_tracked(cmd: list[str], *, cwd, env: dict | None = None, stdout=None) -> subprocess.Popen:
+    """Run a compiler or simulator to its end in its own session; return the finished process
+    (``returncode``, ``pid``).
+
+    Its own session keeps the terminal's Ctrl-C for the harness, which then stops it through
+    :func:`stop_children` (it is registered meanwhile). If this thread is interrupted while it
+    waits, the process is stopped before the exception goes on.
+    """
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout,
+                            stderr=None if stdout is None else subprocess.STDOUT, start_new_session=True)
+    with _CHILDREN_LOCK:
+        _CHILDREN[proc.pid] = proc
+    try:
+        proc.wait()
+        return proc
+    except BaseException:
+        _stop(proc)
+        raise
+    finally:
+        with _CHILDREN_LOCK:
+            _CHILDREN.pop(proc.pid, None)
+
+
+def running_children() -> list[int]:
+    """PIDs of the compilers and simulators still running (their process groups)."""
+    with _CHILDREN_LOCK:
+        return [pid for pid, p in _CHILDREN.items() if p.poll() is None]
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the whole group: make's compilers, not only make
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+    _signal_group(proc, signal.SIGKILL)  # stragglers of a group whose leader has gone
+
+
+def stop_children(grace_s: float = 5.0) -> list[int]:
+    """Stop every compiler and simulator this process started (SIGTERM, then SIGKILL after
+    ``grace_s``); return their PIDs. Their logs are left where they are."""
+    with _CHILDREN_LOCK:
+        procs = list(_CHILDREN.values())
+    for p in procs:
+        if p.poll() is None:
+            _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        if p.poll() is None:
+            _stop(p, 0.0)
+    return [p.pid for p in procs]
+
+
+atexit.register(stop_children, 2.0)  # a last resort: never leave a simulator running behind us
+
+
+# ---- variants and builds --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Variant:
@@ -81,6 +235,7 @@ class Build:
     elaborate_s: float
     verilog_cache_hit: bool
     first_build_s: float | None = None  # recorded when the cached build was made
+    rebuilt: list[str] = field(default_factory=list)  # cache entries found bad and rebuilt, and why
 
 
 def _sha(*parts: bytes | str) -> str:
@@ -89,6 +244,43 @@ def _sha(*parts: bytes | str) -> str:
         h.update(p.encode() if isinstance(p, str) else p)
         h.update(b"\0")
     return h.hexdigest()[:20]
+
+
+def _fingerprint(path: Path) -> dict:
+    """Size and sha256 of a file, as recorded in the cache and checked before use."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def _mismatch(path: Path, recorded: dict | None) -> str | None:
+    """None if ``path`` has the recorded size and hash, else what is wrong with it."""
+    if not recorded or "size" not in recorded or "sha256" not in recorded:
+        return "no size and hash were recorded for it"
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        return f"it cannot be read ({e.strerror})"
+    if size != recorded["size"]:
+        return f"its size is {size:,} bytes, {recorded['size']:,} were recorded"
+    if _fingerprint(path)["sha256"] != recorded["sha256"]:
+        return "its sha256 differs from the one recorded"
+    return None
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj))
+    tmp.replace(path)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def rtl_source_digest(rtl_dir: Path | None = None) -> str:
@@ -115,24 +307,46 @@ def elaborate(variant: Variant):
     return Chip(variant.config, revision=variant.revision, faults=variant.faults)
 
 
-def generate_verilog(variant: Variant) -> tuple[Path, bool, float]:
-    """Return (path to fl_chip.v, cache hit?, seconds spent elaborating)."""
+def _verilog_problem(out: Path) -> str | None:
+    if not out.exists():
+        return None
+    return _mismatch(out, _read_json(out.parent / "manifest.json"))
+
+
+def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tuple[Path, bool, float]:
+    """Return (path to fl_chip.v, cache hit?, seconds spent elaborating).
+
+    A cached file that does not match its recorded size and hash is elaborated again (with a
+    warning, and a note appended to ``rebuilt``).
+    """
     key = verilog_key(variant)
     out_dir = cache_root() / "verilog" / key
     out = out_dir / f"{CHIP_MODULE}.v"
-    if out.exists():
+    manifest = out_dir / "manifest.json"
+    if out.exists() and _verilog_problem(out) is None:
         return out, True, 0.0
     out_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out_dir) + ".lock"):
         if out.exists():
-            return out, True, 0.0
+            problem = _verilog_problem(out)
+            if problem is None:
+                return out, True, 0.0
+            note = f"cached Verilog {out} is not the file that was generated ({problem}): elaborating it again"
+            _log.warning("%s", note)
+            if rebuilt is not None:
+                rebuilt.append(note)
+            manifest.unlink(missing_ok=True)
         from amaranth.back import verilog
 
         t0 = time.perf_counter()
-        text = verilog.convert(elaborate(variant), name=CHIP_MODULE, emit_src=False)
+        try:
+            text = verilog.convert(elaborate(variant), name=CHIP_MODULE, emit_src=False)
+        except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
+            raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
         tmp = out.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(out)
+        _write_json(manifest, {"file": out.name, **_fingerprint(out)})
         return out, False, time.perf_counter() - t0
 
 
@@ -148,13 +362,32 @@ def control_file_text() -> str:
     return "\n".join(lines) + "\n"
 
 
+def model_artifact(build_dir: Path, sim: str) -> Path:
+    """The file a build produces and a run loads: the Verilator binary or the Icarus ``sim.vvp``."""
+    return build_dir / (TB_TOPLEVEL if sim == "verilator" else "sim.vvp")
+
+
 def _runner(sim: SimInfo):
-    from cocotb_tools.runner import Verilator, get_runner
+    from cocotb_tools.runner import Icarus, Verilator
+
+    class Tracked:
+        """Every command through :func:`run_tracked` (own session, stoppable, exit status kept)."""
+
+        def _execute_cmds(self, cmds, cwd, stdout=None) -> None:
+            for cmd in cmds:
+                self.log.info("Running command %s in directory %s", " ".join(map(str, cmd)), cwd)
+                argv = [str(c) for c in cmd]
+                proc = run_tracked(argv, cwd=cwd, env=self.env, stdout=stdout)
+                if proc.returncode != 0:
+                    raise CommandFailed(argv, proc.returncode, proc.pid)
 
     if sim.name != "verilator":
-        return get_runner(sim.name)
+        class TrackedIcarus(Tracked, Icarus):
+            pass
 
-    class NarrowVerilator(Verilator):
+        return TrackedIcarus()
+
+    class NarrowVerilator(Tracked, Verilator):
         """cocotb's Verilator runner minus --public-flat-rw (up to ~10x slower models)."""
 
         def _build_command(self):
@@ -165,56 +398,95 @@ def _runner(sim: SimInfo):
     return NarrowVerilator()
 
 
+def _entry_problem(build_dir: Path, sim: str, marker: Path) -> str | None:
+    """None if a cached build is complete and its model is the file that was built."""
+    info = _read_json(marker)
+    if info is None:
+        return "its completion marker cannot be read"
+    return _mismatch(model_artifact(build_dir, sim), (info.get("artifacts") or {}).get("model"))
+
+
 def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl", waves: bool = False) -> Build:
-    """Generate Verilog and compile it for ``sim``; reuse the cached build when inputs match."""
+    """Generate Verilog and compile it for ``sim``; reuse the cached build when inputs match and
+    its files are the ones that were built (else rebuild it, with a warning).
+
+    Raises :class:`BuildFailed` (naming the build log and its error lines) if it cannot be built.
+    """
     import cocotb
 
     if clock not in ("hdl", "gpi"):
         raise ValueError(f"clock must be 'hdl' or 'gpi', not {clock!r}")
     info = find_simulator(sim)
     info.apply_env()
-    verilog_path, v_hit, elab_s = generate_verilog(variant)
+    rebuilt: list[str] = []
+    verilog_path, v_hit, elab_s = generate_verilog(variant, rebuilt)
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
     control = control_file_text() if sim == "verilator" else ""
     key = _sha(verilog_path.read_bytes(), tb, control, sim, info.version, cocotb.__version__, clock, json.dumps(args),
-               str(waves), json.dumps(info.env, sort_keys=True))
+               str(waves), json.dumps(info.env, sort_keys=True), CACHE_FORMAT)
     build_dir = cache_root() / "sim" / f"{sim}-{key}"
     marker = build_dir / ".complete"
     t0 = time.perf_counter()
-    hit = marker.exists()
+    hit = marker.exists() and _entry_problem(build_dir, sim, marker) is None
     if not hit:
         build_dir.mkdir(parents=True, exist_ok=True)
         with FileLock(str(build_dir) + ".lock"):
-            hit = marker.exists()
+            hit = marker.exists() and _entry_problem(build_dir, sim, marker) is None
             if not hit:
-                cfg = variant.config
-                _log.info("compiling the %s model (%dx%d, revision %s, formats %s%s): first time for this "
-                          "variant, cached afterwards in %s", sim, cfg.rows, cfg.cols, variant.revision,
-                          "/".join(cfg.formats), f", faults {list(variant.faults)}" if variant.faults else "",
-                          build_dir)
-                sources: list = [verilog_path, _HDL_DIR / "fl_tb.v"]
-                if sim == "verilator":
-                    vlt = build_dir / "public.vlt"
-                    vlt.write_text(control)
-                    sources.insert(0, vlt)
-                runner = _runner(info)
-                runner.build(
-                    sources=sources,
-                    hdl_toplevel=TB_TOPLEVEL,
-                    build_dir=build_dir,
-                    build_args=args,
-                    defines={**({"FL_GPI_CLOCK": 1} if clock == "gpi" else {}),
-                             **({"FL_DUMP": 1} if waves and sim == "icarus" else {})},
-                    timescale=("1ns", "1ps"),
-                    waves=waves and sim == "verilator",
-                    log_file=build_dir / "build.log",
-                    always=True,
-                )
-                marker.write_text(json.dumps({"variant": variant.describe(), "sim": sim, "clock": clock,
-                                              "build_s": time.perf_counter() - t0}))
+                again = marker.exists()
+                if again:
+                    note = (f"cached {sim} model {model_artifact(build_dir, sim)} is not the file that was built "
+                            f"({_entry_problem(build_dir, sim, marker)}): rebuilding it")
+                    _log.warning("%s", note)
+                    rebuilt.append(note)
+                _compile(variant, sim, clock, waves, info, verilog_path, build_dir, args, control, t0, again)
+    first = (_read_json(marker) or {}).get("build_s")
+    return Build(variant, sim, clock, build_dir, verilog_path, hit, time.perf_counter() - t0, elab_s, v_hit, first,
+                 rebuilt)
+
+
+def _compile(variant: Variant, sim: str, clock: str, waves: bool, info: SimInfo, verilog_path: Path, build_dir: Path,
+             args: list[str], control: str, t0: float, again: bool = False) -> None:
+    """Build into an empty ``build_dir`` (the caller holds its lock); write the marker last."""
+    # From scratch: whatever is there is an interrupted or a bad build, and a compiler killed
+    # mid-write leaves object files newer than their sources that make would reuse.
+    shutil.rmtree(build_dir, ignore_errors=True)
+    build_dir.mkdir(parents=True)
+    cfg = variant.config
+    _log.info("compiling the %s model (%dx%d, revision %s, formats %s%s): %s, cached afterwards in %s", sim,
+              cfg.rows, cfg.cols, variant.revision, "/".join(cfg.formats),
+              f", faults {list(variant.faults)}" if variant.faults else "",
+              "again" if again else "first time for this variant", build_dir)
+    sources: list = [verilog_path, _HDL_DIR / "fl_tb.v"]
+    if sim == "verilator":
+        vlt = build_dir / "public.vlt"
+        vlt.write_text(control)
+        sources.insert(0, vlt)
+    log = build_dir / "build.log"
+    runner = _runner(info)
     try:
-        first = json.loads(marker.read_text()).get("build_s")
-    except (OSError, ValueError):
-        first = None
-    return Build(variant, sim, clock, build_dir, verilog_path, hit, time.perf_counter() - t0, elab_s, v_hit, first)
+        runner.build(
+            sources=sources,
+            hdl_toplevel=TB_TOPLEVEL,
+            build_dir=build_dir,
+            build_args=args,
+            defines={**({"FL_GPI_CLOCK": 1} if clock == "gpi" else {}),
+                     **({"FL_DUMP": 1} if waves and sim == "icarus" else {})},
+            timescale=("1ns", "1ps"),
+            waves=waves and sim == "verilator",
+            log_file=log,
+            always=True,
+        )
+    except (CommandFailed, RuntimeError, SystemExit) as e:
+        raise BuildFailed(f"the {sim} build failed: {e}; build log {log}; its errors:\n"
+                          + log_excerpt(log, 12, r"%Error|[Ee]rror[:!]|\berror\b|Exiting due to|syntax error"),
+                          log) from e
+    model = model_artifact(build_dir, sim)
+    if not model.exists():
+        raise BuildFailed(f"the {sim} build produced no {model.name}; build log {log}:\n{log_excerpt(log)}", log)
+    _write_json(build_dir / ".complete", {
+        "variant": variant.describe(), "sim": sim, "clock": clock, "build_s": time.perf_counter() - t0,
+        "artifacts": {"model": {"file": model.name, **_fingerprint(model)},
+                      "verilog": {"file": str(verilog_path), **_fingerprint(verilog_path)}},
+    })

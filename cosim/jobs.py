@@ -5,6 +5,12 @@ the host passes the function itself and :func:`job_target` derives its import pa
 breaks at the call site, not inside the simulator. The job runs inside the simulator against the
 opened :class:`cosim.device.Device`. Its records come back as a list of dicts in the order
 emitted, including any written before a crash; ``on_record`` sees each one as it arrives.
+
+A job that raises is a :class:`JobFailed` (the job's verdict). A simulator that dies, or ends
+without a result, is a :class:`SimulatorDied` (a :class:`~cosim.build.HarnessError` as well):
+the message names the log, its last lines and the signal that ended the process. If the caller
+is interrupted (Ctrl-C, or an exception its signal handler raises) while a job runs, the
+simulator is stopped, the records it wrote are delivered, and the exception goes on.
 """
 
 from __future__ import annotations
@@ -21,16 +27,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .build import TB_TOPLEVEL, Build, Variant, build_simulator, _runner
+from .build import (
+    TB_TOPLEVEL,
+    Build,
+    CommandFailed,
+    HarnessError,
+    Variant,
+    _runner,
+    build_simulator,
+    describe_returncode,
+    log_excerpt,
+    stop_children,
+)
 from .toolchain import find_simulator
 
-__all__ = ["JobResult", "JobFailed", "run_job", "job_target", "run_cocotb_module"]
+__all__ = ["JobResult", "JobFailed", "SimulatorDied", "run_job", "job_target", "run_cocotb_module"]
 
 
 class JobFailed(RuntimeError):
+    """The job did not finish: it raised (a verdict of the job), or see :class:`SimulatorDied`."""
+
     def __init__(self, message: str, records: list[dict]):
         super().__init__(message)
         self.records = records
+
+
+class SimulatorDied(JobFailed, HarnessError):
+    """The simulator process ended before the job's result: a harness error, not a chip failure."""
+
+    def __init__(self, message: str, records: list[dict], log: Path, returncode: int | None):
+        RuntimeError.__init__(self, message)
+        self.records, self.log, self.returncode = records, log, returncode
 
 
 @dataclass
@@ -80,7 +107,7 @@ def _launch(build: Build, test_module: str, work_dir: Path, extra_env: dict[str,
                 timescale=("1ns", "1ps"),
                 seed=seed,
             )
-        except (RuntimeError, SystemExit) as e:  # simulator exited non-zero
+        except (RuntimeError, SystemExit) as e:  # simulator exited non-zero (CommandFailed)
             error = e
     return log, results, time.perf_counter() - t0, error
 
@@ -90,6 +117,22 @@ def _tail(path: Path, n: int = 40) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
     except OSError:
         return "(no log)"
+
+
+def _died(sim: str, target: str, error, log: Path, records: list[dict]) -> SimulatorDied:
+    """What a simulator that ended without a result did, where its log is, and its last lines."""
+    rc = error.returncode if isinstance(error, CommandFailed) else (0 if error is None else None)
+    who = f"the {sim} simulator" + (f" ({Path(error.cmd[0]).name}, pid {error.pid})" if isinstance(error, CommandFailed)
+                                    else "")
+    how = describe_returncode(rc) if rc is not None else f"failed ({error})"
+    return SimulatorDied(f"{who} {how} before job {target} finished; simulator log: {log}; its last relevant lines:\n"
+                         + log_excerpt(log, 15, _RELEVANT), records, log, rc)
+
+
+# what is worth reading in a simulator log: cocotb's warnings and errors, Python tracebacks, and
+# what simulators print when they fail (otherwise the last lines, whatever they are)
+_RELEVANT = (r"WARNING|ERROR|CRITICAL|Traceback|Error|Exception|%Fatal|Segmentation|Aborted|core dumped|"
+             r"assert|SIG[A-Z]+")
 
 
 def job_target(fn: Callable) -> str:
@@ -163,15 +206,25 @@ def run_job(
         th = threading.Thread(target=launch, name="firstlight-sim", daemon=True)
         th.start()
         records, seen = [], 0
-        while True:
-            alive = th.is_alive()
-            new, seen = _read_records(records_path, seen)
-            for r in new:
-                on_record(r)
-            records += new
-            if not alive:
-                break
-            time.sleep(poll_s)
+        try:
+            while True:
+                alive = th.is_alive()
+                new, seen = _read_records(records_path, seen)
+                for r in new:
+                    on_record(r)
+                records += new
+                if not alive:
+                    break
+                time.sleep(poll_s)
+        except BaseException:  # interrupted (or on_record raised): stop the simulator, keep what it wrote
+            stop_children()
+            th.join(10)
+            try:
+                for r in _read_records(records_path, seen)[0]:
+                    on_record(r)
+            except Exception:  # noqa: BLE001 - the interruption is what the caller must see
+                pass
+            raise
         th.join()
         if "raised" in out:
             raise out["raised"]
@@ -186,10 +239,7 @@ def run_job(
     if exc:
         raise JobFailed(f"job {target} raised {exc[-1]['error']}\n(simulator log: {log})", records)
     if not final:
-        raise JobFailed(
-            f"job {target} ended without a result (simulator error: {error}); last log lines:\n{_tail(log)}",
-            records,
-        )
+        raise _died(sim, target, error, log, records)
     device = next((r for r in records if r.get("type") == "device"), {})
     return JobResult(records, build, run_s, log, wave_file, final[-1]["value"], device)
 
