@@ -1,13 +1,25 @@
-"""Bring-up reports: report.json, junit.xml (one testcase per stage) and report.md."""
+"""Bring-up reports: report.json, junit.xml (one testcase per stage) and report.md.
+
+Each carries what a lead needs to file it: when it ran, on which host, from which commit, with
+which tools, and the exact command line (:func:`provenance`).
+"""
 
 from __future__ import annotations
 
 import json
+import platform
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
-__all__ = ["write_reports", "markdown"]
+__all__ = ["write_reports", "markdown", "junit", "provenance", "summary_line", "long_details", "stage_text"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SUMMARY_CHARS = 300
 
 
 def _key_figure(stage: dict) -> str:
@@ -18,41 +30,177 @@ def _key_figure(stage: dict) -> str:
             if k == "utilization":
                 return f"{100 * v:.1f}% of roofline"
             if isinstance(v, list):
-                return f"{k}: {', '.join(v) or 'none'}"
+                return f"{k}: {', '.join(map(str, v)) or 'none'}"
             return f"{k}: {v}"
     return ""
 
 
+# ---- where, when, what with ---------------------------------------------------------------------
+
+def _git(*args: str) -> str | None:
+    try:
+        r = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10,
+                           check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def git_commit() -> tuple[str, bool | None]:
+    """(commit, dirty?) of the checkout firstlight runs from; ("unknown", None) outside one."""
+    top = _git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != REPO_ROOT:
+        return "unknown", None
+    commit = _git("rev-parse", "HEAD") or "unknown"
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return commit, (bool(status) if status is not None else None)
+
+
+def tool_versions(sim: str | None) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def dist(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "unknown"
+
+    out = {"python": platform.python_version(), "firstlight": dist("firstlight"), "amaranth": dist("amaranth"),
+           "cocotb": dist("cocotb")}
+    if sim:
+        from cosim.toolchain import SimulatorMissing, find_simulator
+
+        try:
+            out[sim] = find_simulator(sim).version
+        except (SimulatorMissing, ValueError):
+            out[sim] = "not installed"
+    return out
+
+
+def provenance(sim: str | None, command: str | None = None) -> dict:
+    """Timestamp (UTC, ISO 8601), host, git commit, tool versions and the exact command line."""
+    import shlex
+
+    commit, dirty = git_commit()
+    return {
+        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "tools": tool_versions(sim),
+        "command": command if command is not None else shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "cwd": str(Path.cwd()),
+    }
+
+
+# ---- details: one line in a table, the whole text below it --------------------------------------
+
+def long_details(stage: dict) -> str:
+    """The whole diagnosis of a stage: its details and, if there is one, the traceback."""
+    text = stage.get("details") or ""
+    tb = (stage.get("figures") or {}).get("traceback")
+    return f"{text}\n\n{tb.rstrip()}" if tb else text
+
+
+def summary_line(stage: dict) -> str:
+    """One line for a table cell; '(details below)' when there is more to read."""
+    full = long_details(stage)
+    first = full.split("\n", 1)[0].strip()
+    more = "\n" in full.strip() or len(first) > SUMMARY_CHARS
+    if len(first) > SUMMARY_CHARS:
+        first = first[: SUMMARY_CHARS - 1].rstrip() + "…"
+    return f"{first} (details below)" if more else first
+
+
+def has_more(stage: dict) -> bool:
+    return summary_line(stage).endswith("(details below)")
+
+
+def stage_text(report: dict) -> str:
+    """The result in words: PASSED, FAILED, ERROR (harness), INTERRUPTED (SIGINT)."""
+    return {"passed": "PASSED", "failed": "FAILED", "error": "ERROR (harness error, not a verdict on the chip)",
+            "interrupted": f"INTERRUPTED ({report.get('interrupted')})"}[report["outcome"]]
+
+
+# ---- the three files ---------------------------------------------------------------------------
+
+_PROPERTIES = ("revision", "sim", "seed", "outcome", "exit_code", "git_commit", "git_dirty", "command", "cwd",
+               "platform", "sim_log")
+
+
 def junit(report: dict) -> JUnitXml:
     suite = TestSuite(f"firstlight bringup {report['revision']} ({report['sim']})")
+    suite.timestamp = report["timestamp"]
+    suite.hostname = report["host"]
+    for k in _PROPERTIES:
+        if report.get(k) is not None:
+            suite.add_property(k, str(report[k]))
+    suite.add_property("injected", ", ".join(report["injected"]) or "none")
+    for tool, v in report["tools"].items():
+        suite.add_property(f"version.{tool}", v)
     for st in report["stages"]:
         case = TestCase(st["name"], classname="firstlight.bringup", time=st["duration_s"])
-        if st["status"] == "failed":
-            kind = Error if st["details"].startswith(("Device", "Bus", "Job", "Runtime")) else Failure
-            case.result = [kind(st["details"][:4000])]
+        summary = summary_line(st)
+        if st["status"] in ("failed", "error", "interrupted"):
+            kind, type_ = {"failed": (Failure, "chip failure"), "error": (Error, "harness error"),
+                           "interrupted": (Error, "interrupted")}[st["status"]]
+            res = kind(summary, type_)
+            res.text = long_details(st)[:20000]
+            case.result = [res]
         elif st["status"] in ("blocked", "skipped"):
             case.result = [Skipped(st["details"] or st["status"])]
-        case.system_out = json.dumps(st.get("figures") or {}, default=str)
+        case.system_out = json.dumps({k: v for k, v in (st.get("figures") or {}).items() if k != "traceback"},
+                                     default=str)
         suite.add_testcase(case)
     xml = JUnitXml()
     xml.add_testsuite(suite)
     return xml
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _fence(text: str) -> str:
+    run, longest = 0, 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
 def markdown(report: dict) -> str:
+    tools = ", ".join(f"{k} {v}" for k, v in report["tools"].items())
+    commit = report["git_commit"] + (" (with local changes)" if report.get("git_dirty") else "")
     lines = [
         f"# First-light report: revision {report['revision']} on {report['sim']}",
         "",
-        f"- result: **{'PASSED' if report['passed'] else 'FAILED'}**",
+        f"- result: **{stage_text(report)}** (exit code {report['exit_code']})",
         f"- seed: {report['seed']}",
-        f"- injected faults: {', '.join(report['injected']) or 'none'}",
+        f"- injected faults: {', '.join(f'`{f}`' for f in report['injected']) or 'none'}",
+        f"- when: {report['timestamp']} on host `{report['host']}` ({report['platform']})",
+        f"- git commit: `{commit}`",
+        f"- tools: {tools}",
+        f"- command: `{report['command']}` (in `{report['cwd']}`)",
+    ]
+    if report.get("sim_log"):
+        lines.append(f"- simulator log: `{report['sim_log']}`")
+    lines += [
         "",
         "| stage | result | time (s) | key figure | details |",
         "|---|---|---|---|---|",
     ]
     for st in report["stages"]:
-        details = st["details"].replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {st['name']} | {st['status']} | {st['duration_s']:.2f} | {_key_figure(st)} | {details} |")
+        lines.append(f"| {st['name']} | {st['status']} | {st['duration_s']:.2f} | {_cell(_key_figure(st))} | "
+                     f"{_cell(summary_line(st))} |")
+    more = [st for st in report["stages"] if has_more(st)]
+    if more:
+        lines += ["", "## Details"]
+        for st in more:
+            text = long_details(st).rstrip()
+            fence = _fence(text)
+            lines += ["", f"### {st['name']} ({st['status']})", "", f"{fence}text", text, fence]
     return "\n".join(lines) + "\n"
 
 

@@ -2,117 +2,218 @@
 
 Stage 1 (elaborate + build) runs here; the rest run inside one simulator process as a job
 that emits a record per stage. While it runs, each record reaches ``run_job``'s ``on_record``
-callback as it is written and updates the live table. If the simulator dies, the stages already reported are kept; the
-one in progress is a failure carrying the log tail, the rest are skipped.
+callback as it is written and updates the live table (on a terminal only; it is replaced by
+the final table when the run ends, so the table is shown once).
+
+Nothing learned is lost:
+
+* the chip is wrong -> the stage is ``failed``;
+* the harness could not tell (a build that failed, a simulator that died, a stage that hit a
+  bug of the harness) -> ``error``, naming the log and the signal; the rest are skipped;
+* SIGINT or SIGTERM (:class:`firstlight.errors.Interrupted`, or a KeyboardInterrupt) -> the
+  simulator is stopped (its log kept), the stage in progress is ``interrupted``;
+
+and in every case the reports are written with the stages that finished.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
+
+from firstlight.errors import EXIT_FAIL, EXIT_HARNESS_ERROR, EXIT_OK, Interrupted, shielded
 
 from .plan import STAGES, closure
-from .report import _key_figure, write_reports
+from .report import _key_figure, has_more, long_details, provenance, summary_line, write_reports
 
-__all__ = ["run_bringup"]
+__all__ = ["run_bringup", "assemble", "bringup_table"]
 
-_STYLE = {"passed": "green", "failed": "bold red", "blocked": "yellow", "skipped": "dim", "running": "cyan",
-          "pending": "dim"}
+STYLE = {"passed": "green", "failed": "bold red", "error": "bold magenta", "interrupted": "bold yellow",
+         "blocked": "yellow", "skipped": "dim", "running": "cyan", "pending": "dim"}
+FINISHED = ("passed", "failed", "error", "interrupted", "blocked", "skipped")
 
 
-def _table(rows: dict, title: str) -> Table:
-    t = Table(title=title)
-    for col in ("stage", "result", "time s", "key figure", "reason / details"):
-        t.add_column(col, overflow="fold")
+def bringup_table(rows: dict, title: str) -> Table:
+    """The stage table; every text in it is a :class:`rich.text.Text`, never parsed as markup."""
+    t = Table(title=Text(title))
+    t.add_column("stage", no_wrap=True)
+    t.add_column("result", no_wrap=True)
+    t.add_column("time s", no_wrap=True, justify="right")
+    t.add_column("key figure", overflow="fold")
+    t.add_column("reason / details", overflow="fold")
     for st in STAGES:
         r = rows.get(st.name, {"status": "pending", "duration_s": 0.0, "details": "", "figures": {}})
         status = r["status"]
-        t.add_row(st.name, f"[{_STYLE[status]}]{status}[/]", f"{r.get('duration_s', 0.0):.2f}", _key_figure(r),
-                  r.get("details", ""))
+        t.add_row(Text(st.name), Text(status, style=STYLE.get(status, "")), Text(f"{r.get('duration_s', 0.0):.2f}"),
+                  Text(_key_figure(r)), Text(summary_line(r)))
     return t
 
 
-def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_dir: Path | None,
-                console: Console, work_dir: Path | None = None, watchdog_cycles: int = 1_000_000) -> dict:
+def _details_blocks(stages: list[dict]) -> list[Text]:
+    """The multi-line diagnoses (watchdog dumps, tracebacks) in full, below the table."""
+    out = []
+    for st in stages:
+        if has_more(st):
+            out.append(Text.assemble((f"{st['name']} ({st['status']}):", STYLE.get(st["status"], "")), "\n",
+                                     long_details(st).rstrip(), "\n"))
+    return out
+
+
+@contextmanager
+def _progress(console: Console, rows: dict, title: str):
+    """Yields ``refresh()``. On a terminal, a live table that vanishes at the end (the final
+    table is printed once after it); elsewhere nothing until the final table."""
+    if not console.is_terminal:
+        yield lambda: None
+        return
+    with Live(bringup_table(rows, title), console=console, refresh_per_second=4, transient=True) as live:
+        yield lambda: live.update(bringup_table(rows, title))
+
+
+def _culprit(rows: dict, selected: set[str], running: str | None) -> str | None:
+    """The stage an interruption or a dead simulator hit: the one running, else the next one
+    that would have started."""
+    if running and rows.get(running, {}).get("status") == "running":
+        return running
+    for st in STAGES:
+        done = rows.get(st.name, {}).get("status") in FINISHED
+        if st.name in selected and not done and all(rows.get(d, {}).get("status") == "passed" for d in st.depends_on):
+            return st.name
+    return None
+
+
+def _build_stage(variant, sim: str) -> tuple[dict, object]:
     from cosim.build import build_simulator
-    from cosim.jobs import JobFailed, run_job
+
+    t0 = time.perf_counter()
+    rec = {"name": "build", "depends_on": [], "blocked_by": None}
+    try:
+        build = build_simulator(variant, sim=sim)
+    except Exception as e:  # noqa: BLE001 - a build that fails is a harness error, reported as such
+        return {**rec, "status": "error", "duration_s": round(time.perf_counter() - t0, 3),
+                "details": f"{type(e).__name__}: {e}", "figures": {}}, None
+    details = (f"{'cache hit' if build.cache_hit else 'compiled'} in {build.build_s:.1f} s "
+               f"(Verilog {'cached' if build.verilog_cache_hit else f'elaborated in {build.elaborate_s:.1f} s'})")
+    if build.rebuilt:
+        details += "; " + "; ".join(build.rebuilt)
+    return {**rec, "status": "passed", "duration_s": round(time.perf_counter() - t0, 3), "details": details,
+            "figures": {"cache_hit": build.cache_hit, "build_dir": str(build.build_dir),
+                        **({"rebuilt": build.rebuilt} if build.rebuilt else {})}}, build
+
+
+def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_dir: Path | None,
+                console: Console, work_dir: Path | None = None, watchdog_cycles: int = 1_000_000,
+                command: str | None = None) -> dict:
+    """Run the checklist; return the report (``exit_code`` in it). Never raises for a stage, a
+    dead simulator or an interruption: those are in the report, which is always written."""
+    from cosim.build import stop_children
+    from cosim.jobs import JobFailed, SimulatorDied, run_job
 
     selected = closure(only) if only else {s.name for s in STAGES}
+    meta = provenance(sim, command)
     rows: dict[str, dict] = {}
     title = f"firstlight bringup: revision {variant.revision}, {sim}, seed {seed}" + (
         f", injected {', '.join(variant.faults)}" if variant.faults else "")
+    report_dir = Path(report_dir) if report_dir else None
+    if work_dir is None:  # the simulator's folder (its log, the records): kept, next to the report
+        work_dir = report_dir / "sim" if report_dir else Path(tempfile.mkdtemp(prefix="firstlight-bringup-"))
+    work_dir = Path(work_dir).resolve()
+    sim_log = work_dir / "sim.log"
+    running, started = None, {}
+    interrupted: Interrupted | None = None
+    sim_error: BaseException | None = None
+    t_run = time.perf_counter()
 
-    # ---- stage 1: build -----------------------------------------------------------------
-    t0 = time.perf_counter()
-    build = None
-    try:
-        build = build_simulator(variant, sim=sim)
-        rows["build"] = {"name": "build", "status": "passed", "depends_on": [], "blocked_by": None,
-                         "duration_s": round(time.perf_counter() - t0, 3),
-                         "details": f"{'cache hit' if build.cache_hit else 'compiled'} in {build.build_s:.1f} s "
-                                    f"(Verilog {'cached' if build.verilog_cache_hit else f'elaborated in {build.elaborate_s:.1f} s'})",
-                         "figures": {"cache_hit": build.cache_hit, "build_dir": str(build.build_dir)}}
-    except Exception as e:
-        rows["build"] = {"name": "build", "status": "failed", "depends_on": [], "blocked_by": None,
-                         "duration_s": round(time.perf_counter() - t0, 3), "details": f"{type(e).__name__}: {e}",
-                         "figures": {}}
+    with _progress(console, rows, title) as refresh:
+        def on_record(rec: dict) -> None:
+            nonlocal running
+            if rec.get("type") == "stage_start":
+                running = rec["name"]
+                started[running] = time.perf_counter()
+                rows[running] = {"status": "running", "duration_s": 0.0, "details": "", "figures": {}}
+            elif rec.get("type") == "stage":
+                rows[rec["name"]] = rec
+                running = None if running == rec["name"] else running
+            refresh()
 
-    # ---- stages 2..10 in the simulator --------------------------------------------------
-    sim_error = None
-    if build is not None:
-        from .stages import bringup_job
+        try:
+            started["build"] = time.perf_counter()
+            rows["build"], build = _build_stage(variant, sim)
+            refresh()
+            if build is not None:
+                from .stages import bringup_job
 
-        running = None
-
-        with Live(_table(rows, title), console=console, refresh_per_second=4, transient=not console.is_terminal) as live:
-            def on_record(rec: dict) -> None:
-                nonlocal running
-                if rec.get("type") == "stage_start":
-                    running = rec["name"]
-                    rows[running] = {"status": "running", "duration_s": 0.0, "details": "", "figures": {}}
-                elif rec.get("type") == "stage":
-                    rows[rec["name"]] = rec
-                    running = None if running == rec["name"] else running
-                live.update(_table(rows, title))
-
-            try:
                 run_job(bringup_job,
                         {"selected": sorted(selected), "seed": seed, "faults": list(variant.faults),
                          "built_revision": variant.revision, "watchdog_cycles": watchdog_cycles},
                         variant=variant, sim=sim, work_dir=work_dir, discover=False, build=build, on_record=on_record)
-            except JobFailed as e:
-                sim_error = e
-            except Exception as e:  # noqa: BLE001 - reported as the stage in progress
-                sim_error = e
-        if running and rows.get(running, {}).get("status") == "running":
-            rows[running] = {"name": running, "status": "failed", "duration_s": 0.0,
-                             "details": f"the simulator ended during this stage: {sim_error}", "figures": {}}
-    report = assemble(rows, selected, sim_error, variant, sim, seed)
-    stages = report["stages"]
-    console.print(_table({s["name"]: s for s in stages}, title))
-    if report_dir:
-        for p in write_reports(report, Path(report_dir)):
-            console.print(f"wrote {p}")
+        except (KeyboardInterrupt, Interrupted) as e:
+            interrupted = Interrupted.of(e)
+            stop_children()  # run_job has stopped its simulator already; a build's compilers too
+        except Exception as e:  # noqa: BLE001 - JobFailed, SimulatorDied or a harness bug: the stage in progress
+            sim_error = e
+
+    with shielded():  # a second signal must not cost the reports
+        culprit = _culprit(rows, selected, running)
+        if culprit and (interrupted or sim_error):
+            took = round(time.perf_counter() - started.get(culprit, time.perf_counter()), 3)
+            if interrupted:
+                where = f"; the simulator was stopped, its log is {sim_log}" if sim_log.exists() else ""
+                rows[culprit] = {"name": culprit, "status": "interrupted", "duration_s": took, "figures": {},
+                                 "details": f"interrupted by {interrupted.name} while this stage ran{where}"}
+            else:
+                if isinstance(sim_error, SimulatorDied):
+                    details = f"{sim_error}"
+                elif isinstance(sim_error, JobFailed):
+                    details = f"the bring-up job itself failed (a harness bug): {sim_error}"
+                else:
+                    details = f"{type(sim_error).__name__}: {sim_error}"
+                rows[culprit] = {"name": culprit, "status": "error", "duration_s": took, "details": details,
+                                 "figures": {}}
+        reason = None
+        if interrupted:
+            reason = f"interrupted by {interrupted.name}"
+        elif sim_error is not None:
+            reason = f"the simulator ended early: {str(sim_error).splitlines()[0]}"
+        report = assemble(rows, selected, reason, variant, sim, seed, interrupted=interrupted, meta=meta,
+                          sim_log=sim_log if sim_log.exists() else None,
+                          harness_error=str(sim_error) if sim_error is not None else None,
+                          duration_s=time.perf_counter() - t_run)
+        stages = report["stages"]
+        console.print(Group(bringup_table({s["name"]: s for s in stages}, title), *_details_blocks(stages)))
+        if report_dir:
+            for p in write_reports(report, report_dir):
+                console.print(Text(f"wrote {p}"))
+        if interrupted:
+            console.print(Text(f"interrupted by {interrupted.name}: the simulator was stopped; the stages that "
+                               "finished are reported", style="bold yellow"))
     return report
 
 
-def assemble(rows: dict, selected: set[str], sim_error, variant, sim: str, seed: int) -> dict:
-    """The report from whatever stage records arrived (a dead simulator leaves gaps)."""
+def assemble(rows: dict, selected: set[str], sim_error, variant, sim: str, seed: int, *,
+             interrupted: Interrupted | None = None, meta: dict | None = None, sim_log: Path | None = None,
+             harness_error: str | None = None, duration_s: float | None = None) -> dict:
+    """The report from whatever stage records arrived (a dead simulator or a signal leaves gaps).
+
+    ``sim_error`` is why the stages that did not run did not run (or None)."""
     stages = []
     for st in STAGES:
         r = rows.get(st.name)
-        if r is None or r.get("status") in ("running", "pending"):
-            blockers = [d for d in st.depends_on if rows.get(d, {}).get("status") in ("failed", "blocked")]
-            if blockers:
-                r = {"status": "blocked", "blocked_by": blockers[0], "details": f"blocked by {blockers[0]}"}
-            elif st.name not in selected:
+        if r is None or r.get("status") not in FINISHED:
+            blockers = [d for d in st.depends_on if rows.get(d, {}).get("status") in ("failed", "blocked", "error")]
+            if st.name not in selected:
                 r = {"status": "skipped", "details": "not selected (--only)"}
+            elif blockers:
+                r = {"status": "blocked", "blocked_by": blockers[0], "details": f"blocked by {blockers[0]}"}
             else:
-                r = {"status": "skipped", "details": f"not run: the simulator ended early ({sim_error})"}
+                r = {"status": "skipped", "details": f"not run: {sim_error or 'the run ended early'}"}
         stages.append({
             "name": st.name,
             "status": r["status"],
@@ -123,12 +224,30 @@ def assemble(rows: dict, selected: set[str], sim_error, variant, sim: str, seed:
             "figures": r.get("figures", {}),
         })
         rows = {**rows, st.name: stages[-1]}
+    chosen = [s for s in stages if s["name"] in selected]
+    passed = all(s["status"] == "passed" for s in chosen)
+    if interrupted is not None:
+        outcome, code = "interrupted", interrupted.exit_code
+    elif any(s["status"] in ("error", "interrupted") for s in chosen):
+        outcome, code = "error", EXIT_HARNESS_ERROR
+    elif passed:
+        outcome, code = "passed", EXIT_OK
+    else:
+        outcome, code = "failed", EXIT_FAIL
+    meta = meta if meta is not None else provenance(sim)
     return {
         "revision": variant.revision,
         "sim": sim,
         "seed": seed,
         "injected": list(variant.faults),
         "config": variant.config.as_dict(),
-        "passed": all(s["status"] == "passed" for s in stages if s["name"] in selected),
+        "passed": passed,
+        "outcome": outcome,
+        "exit_code": code,
+        "interrupted": interrupted.name if interrupted is not None else None,
+        "harness_error": harness_error,
+        "sim_log": str(sim_log) if sim_log else None,
+        "duration_s": round(duration_s, 3) if duration_s is not None else None,
+        **meta,
         "stages": stages,
     }
