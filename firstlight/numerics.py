@@ -4,6 +4,10 @@ For each recipe x input distribution x K, the chip runs the GEMM; the output is 
 the float64 ideal (SQNR in dB) and the chip's bits with the golden (they must be identical).
 A second part shows erratum FL-NU-001: the same recipe on A1 with its mitigation off
 (vulnerable) and on, next to B0 (as specified).
+
+The tables go to ``out`` as they are ready (``out.table(title, headers, rows)`` and
+``out.note(text, style)``; the CLI's :class:`firstlight.cli.common.Reporter` fits them to the
+terminal); this module builds no terminal output itself.
 """
 
 from __future__ import annotations
@@ -11,9 +15,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
 
 __all__ = ["run_numerics", "REFERENCE_POINTS"]
 
@@ -25,14 +26,23 @@ ERRATUM_RECIPES = ["fp8-e4m3-cast", "fp8-e4m3-tensor", "mxfp8-e4m3-rceil"]
 
 
 def _job(variant, sim, kwargs):
-    from cosim.jobs import JobFailed, run_job
+    """(records, error or None, harness error?)"""
+    from cosim.jobs import JobFailed, SimulatorDied, run_job
     from firstlight.jobs.numerics import numerics_job
 
     try:
         res = run_job(numerics_job, kwargs, variant=variant, sim=sim)
-        return [r for r in res.records if r.get("type") == "numerics"], None
+        return [r for r in res.records if r.get("type") == "numerics"], None, False
     except JobFailed as e:
-        return [r for r in e.records if r.get("type") == "numerics"], str(e)
+        return [r for r in e.records if r.get("type") == "numerics"], str(e), isinstance(e, SimulatorDied)
+
+
+class _Silent:
+    def table(self, *args, **kwargs) -> None:
+        pass
+
+    def note(self, *args, **kwargs) -> None:
+        pass
 
 
 def operand_sqnr(recipe_name: str, x) -> float:
@@ -84,17 +94,14 @@ def _plot(rows: list[dict], recipes: list[str], dists: list[str], k: int, path: 
 
 
 def run_numerics(*, sim: str, revision: str, recipes: list[str], dists: list[str], ks: list[int], m: int, n: int,
-                 seed: int, report_dir: Path | None, console: Console, erratum: bool = True) -> dict:
+                 seed: int, report_dir: Path | None, out=None, erratum: bool = True) -> dict:
     from cosim.build import Variant
 
-    rows, err = _job(Variant(revision=revision), sim, {"recipes": recipes, "dists": dists, "ks": ks, "m": m, "n": n,
-                                                       "seed": seed})
-    table = Table(title=f"SQNR (dB) of a {m}x{n}xK GEMM vs float64, revision {revision}, {sim}")
-    table.add_column("recipe")
+    out = out or _Silent()
+    rows, err, harness = _job(Variant(revision=revision), sim, {"recipes": recipes, "dists": dists, "ks": ks, "m": m,
+                                                                "n": n, "seed": seed})
     cols = [(d, k) for d in dists for k in ks]
-    for d, k in cols:
-        table.add_column(f"{d}\nK={k}", justify="right")
-    table.add_column("RTL == golden", justify="center")
+    main_rows = []
     for rc in recipes:
         cells = []
         ident = True
@@ -102,40 +109,38 @@ def run_numerics(*, sim: str, revision: str, recipes: list[str], dists: list[str
             r = next((r for r in rows if r["recipe"] == rc and r["dist"] == d and r["k"] == k), None)
             cells.append("-" if r is None else f"{r['sqnr_db']:.1f}")
             ident &= r is not None and r["bit_identical"]
-        table.add_row(rc, *cells, "[green]yes[/]" if ident else "[red]NO[/]")
-    console.print(table)
+        main_rows.append([rc, *cells, "yes" if ident else "NO"])
+    out.table(f"SQNR (dB) of a {m}x{n}xK GEMM vs float64, revision {revision}, {sim}",
+              ["recipe", *[f"{d}\nK={k}" for d, k in cols], "RTL ==\ngolden"], main_rows)
     # The published reference points are for quantizing one N(0,1) tensor; a GEMM output carries
     # the errors of both operands (about 3 dB lower). Both are shown.
     import numpy as np
 
     x = np.random.default_rng(seed).standard_normal((64, 4096)).astype(np.float32)
     op = {rc: operand_sqnr(rc, x) for rc in recipes}
-    t3 = Table(title="Operand quantization SQNR (dB), one N(0,1) tensor 64x4096, vs published points")
-    for col in ("recipe", "measured", "published", "GEMM output (normal, largest K)"):
-        t3.add_column(col, justify="right")
+    t3 = []
     for rc in recipes:
         out_row = next((r for r in rows if r["recipe"] == rc and r["dist"] == "normal" and r["k"] == max(ks)), None)
-        t3.add_row(rc, f"{op[rc]:.1f}", f"{REFERENCE_POINTS[rc]:.1f}" if rc in REFERENCE_POINTS else "-",
-                   f"{out_row['sqnr_db']:.1f}" if out_row else "-")
-    console.print(t3)
+        t3.append([rc, f"{op[rc]:.1f}", f"{REFERENCE_POINTS[rc]:.1f}" if rc in REFERENCE_POINTS else "-",
+                   f"{out_row['sqnr_db']:.1f}" if out_row else "-"])
+    out.table("Operand quantization SQNR (dB), one N(0,1) tensor 64x4096, vs published points",
+              ["recipe", "measured", "published", "GEMM output\n(normal,\nlargest K)"], t3)
     erratum_rows = []
     if erratum:
         small = {"recipes": ERRATUM_RECIPES, "dists": ["small"], "ks": [max(ks)], "m": m, "n": n, "seed": seed}
         for label, rev, pol in (("as specified (B0)", "B0", None), ("vulnerable (A1, FL-NU-001 off)", "A1", {"FL-NU-001": "off"}),
                                 ("mitigated (A1, FL-NU-001 on)", "A1", {"FL-NU-001": "on"})):
-            got, e2 = _job(Variant(revision=rev), sim, {**small, "policy": pol})
+            got, e2, h2 = _job(Variant(revision=rev), sim, {**small, "policy": pol})
             for r in got:
                 erratum_rows.append({**r, "case": label})
             err = err or e2
-        t2 = Table(title=f"Erratum FL-NU-001 (FP8 subnormals read as zero): 'small' distribution, K={max(ks)}")
-        t2.add_column("recipe")
+            harness |= h2
         cases = ["as specified (B0)", "vulnerable (A1, FL-NU-001 off)", "mitigated (A1, FL-NU-001 on)"]
-        for c in cases:
-            t2.add_column(c, justify="right")
-        for rc in ERRATUM_RECIPES:
-            t2.add_row(rc, *[next((f"{r['sqnr_db']:.1f}" for r in erratum_rows if r["recipe"] == rc and r["case"] == c), "-")
-                             for c in cases])
-        console.print(t2)
+        t2 = [[rc, *[next((f"{r['sqnr_db']:.1f}" for r in erratum_rows if r["recipe"] == rc and r["case"] == c), "-")
+                     for c in cases]] for rc in ERRATUM_RECIPES]
+        out.table(f"Erratum FL-NU-001 (FP8 subnormals read as zero): 'small' distribution, K={max(ks)}",
+                  ["recipe", "as specified\n(B0)", "vulnerable\n(A1, FL-NU-001\noff)", "mitigated\n(A1, FL-NU-001\non)"],
+                  t2)
     result = {"sim": sim, "revision": revision, "shape": [m, n], "ks": ks, "seed": seed, "rows": rows,
               "erratum_FL-NU-001": erratum_rows, "reference_points_normal": REFERENCE_POINTS,
               "operand_sqnr_normal": op,
@@ -144,12 +149,13 @@ def run_numerics(*, sim: str, revision: str, recipes: list[str], dists: list[str
               if erratum_rows else all(r["bit_identical"] for r in rows),
               "vulnerable_differs_from_golden": any(not r["bit_identical"] for r in erratum_rows
                                                     if r["case"].startswith("vulnerable")),
-              "error": err}
+              "error": err,
+              "harness_error": harness}
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)
         (report_dir / "numerics.json").write_text(json.dumps(result, indent=2, default=str))
         _plot(rows, recipes, dists, max(ks), report_dir / "numerics.png")
-        console.print(f"wrote {report_dir / 'numerics.json'} and {report_dir / 'numerics.png'}")
+        out.note(f"wrote {report_dir / 'numerics.json'} and {report_dir / 'numerics.png'}")
     if err:
-        console.print(f"[red]incomplete:[/] {err}")
+        out.note(f"incomplete: {err}", "red")
     return result

@@ -8,16 +8,30 @@ is in :mod:`.common`. None of them imports this package, so there is no import c
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 
-from firstlight.errors import EXIT_CANNOT_START, EXIT_FAIL, EXIT_OK, CannotStart
+from rich.text import Text
+
+from firstlight.errors import (
+    EXIT_CANNOT_START,
+    EXIT_FAIL,
+    EXIT_HARNESS_ERROR,
+    EXIT_OK,
+    CannotStart,
+    Interrupted,
+    exit_codes_help,
+    interrupt_signals,
+)
 
 from . import bench, bringup, errata, numerics, run
-from .common import console, err_console
+from .common import check_outputs, console, err_console
 
 __all__ = [
     "COMMANDS",
     "EXIT_CANNOT_START",
     "EXIT_FAIL",
+    "EXIT_HARNESS_ERROR",
     "EXIT_OK",
     "CannotStart",
     "build_parser",
@@ -39,9 +53,20 @@ examples:
   firstlight numerics --report out                       SQNR of every FP8/MX/int8 recipe, PNG plot
   firstlight errata list --rev A0                        what each erratum means for a revision
 
-exit codes: 0 passed, 1 a check failed, 2 could not start (bad arguments, missing simulator).
 Simulator builds are cached under $FIRSTLIGHT_CACHE (default ~/.cache/firstlight).
-"""
+
+""" + exit_codes_help()
+
+
+def version() -> str:
+    """The installed package's version (its metadata, the one place it is declared)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("firstlight")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"firstlight {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)  # each sets its ``handler``
@@ -72,14 +98,34 @@ def _log_to_stderr() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit code (``firstlight --help`` lists them).
+
+    SIGINT and SIGTERM raise :class:`Interrupted` while a command runs: a command that has
+    something to report (bringup) reports it; any simulator or compiler still running is stopped.
+    """
+    from cosim.build import HarnessError, stop_children
+
     _log_to_stderr()
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse: 2 on bad arguments, 0 on --help
+    except SystemExit as e:  # argparse: 2 on bad arguments, 0 on --help and --version
         return int(e.code or 0)
+    args.command_line = shlex.join(["firstlight", *argv])
     try:
-        return args.handler(args)
+        with interrupt_signals():
+            check_outputs(args)
+            return args.handler(args)
     except CannotStart as e:
-        err_console.print(f"[red]cannot start:[/] {e}")
+        err_console.print(Text.assemble(("cannot start: ", "red"), str(e)))
         return EXIT_CANNOT_START
+    except HarnessError as e:
+        err_console.print(Text.assemble(("harness error (not a verdict on the chip): ", "bold magenta"), str(e)))
+        return EXIT_HARNESS_ERROR
+    except (Interrupted, KeyboardInterrupt) as e:
+        stopped = stop_children()
+        sig = Interrupted.of(e)
+        err_console.print(Text(f"interrupted by {sig.name}" + (f"; stopped {len(stopped)} simulator/compiler "
+                                                                 "process(es)" if stopped else ""), style="yellow"))
+        return sig.exit_code

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
-from rich.table import Table
+from rich.text import Text
 
 from cosim.toolchain import SIMULATORS, SimulatorMissing, available_simulators
-from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+from firstlight.errors import EXIT_FAIL, EXIT_HARNESS_ERROR, EXIT_OK, CannotStart, exit_codes_help
 
 from .common import (
+    FittedTable,
     add_array_option,
     add_formats_option,
     add_json_option,
@@ -18,19 +20,24 @@ from .common import (
     console,
     err_console,
     fmt_pct,
+    plain,
     require_sim,
+    uses_build_cache,
     variant_from_args,
 )
 
-__all__ = ["DEFAULT_SHAPES", "add_parser", "cmd"]
+__all__ = ["DEFAULT_SHAPES", "COLUMNS", "add_parser", "bench_table", "cmd"]
 
 DEFAULT_SHAPES = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256"]
 ICARUS_MAX_SIDE = 128  # Icarus is much slower: without --shapes it runs shapes of at most this side cubed MACs
 
 
 def add_parser(subparsers) -> None:
-    b = subparsers.add_parser("bench", help="GEMM benchmark table: cycles, utilisation, simulator throughput")
+    b = subparsers.add_parser("bench", help="GEMM benchmark table: cycles, utilisation, simulator throughput",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog=exit_codes_help("a GEMM differed from the golden or a job failed"))
     b.set_defaults(handler=cmd)
+    uses_build_cache(b)
     b.add_argument("--sims", nargs="+", default=None, choices=SIMULATORS,
                    help="simulators to measure (default: every installed one)")
     b.add_argument("--shapes", nargs="+", default=None, metavar="MxNxK",
@@ -50,6 +57,29 @@ def _parse_shape(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
+# (header, key of a row, how it is shown); the first two identify a row and are repeated when the
+# table is split to fit the console
+COLUMNS = (
+    ("sim", "sim", str),
+    ("shape", "shape", str),
+    ("result", "passed", lambda p: Text("pass") if p else Text("FAIL", style="red")),
+    ("cycles", "cycles", lambda v: f"{v:,}"),
+    ("ideal", "ideal_cycles", lambda v: f"{v:,}"),
+    ("util", "utilization", fmt_pct),
+    ("sim\ncyc/s", "sim_cycles_per_s", lambda v: f"{v:,.0f}"),
+    ("Python\nshare", "python_share", fmt_pct),
+    ("kernel\nwall s", "wall_s", lambda v: f"{v:.2f}"),
+    ("build\nfirst s", "build_first_s", lambda v: f"{v:.1f}" if v else "?"),
+    ("build\ncached s", "build_cached_s", lambda v: f"{v:.3f}"),
+)
+
+
+def bench_table(rows: list[dict], title: str) -> FittedTable:
+    """The benchmark rows as a table that never cuts a number (split or stacked when narrow)."""
+    return FittedTable(title, [h for h, _, _ in COLUMNS], [[fmt(r[k]) for _, k, fmt in COLUMNS] for r in rows],
+                       keys=2)
+
+
 def cmd(args) -> int:
     found = available_simulators()
     sims = args.sims or [s for s, info in found.items() if not isinstance(info, SimulatorMissing)]
@@ -57,22 +87,19 @@ def cmd(args) -> int:
         require_sim(s)
     for s, info in found.items():
         if isinstance(info, SimulatorMissing) and not args.sims:
-            console.print(f"[yellow]skipping {s}:[/] {info}")
+            console.print(plain((f"skipping {s}: ", "yellow"), str(info)))
     variant = variant_from_args(args)
     shapes_given = [_parse_shape(x) for x in (args.shapes or DEFAULT_SHAPES)]
 
     # imported once the arguments are known good, so that a bad one exits 2 quickly
     from cosim.build import build_simulator
-    from cosim.jobs import JobFailed, run_job
+    from cosim.jobs import JobFailed, SimulatorDied, run_job
     from firstlight.jobs import kernels as kernel_jobs
 
     cfg = variant.config
-    table = Table(title=f"GEMM on a {cfg.rows}x{cfg.cols} array, revision {args.rev} "
-                  "(int8, bit-exact vs golden, errata mitigations on)")
-    for col in ("sim", "shape", "result", "cycles", "ideal", "util", "sim cyc/s", "Python share",
-                "kernel wall s", "build first s", "build cached s"):
-        table.add_column(col, justify="right")
-    rows, failed = [], False
+    title = (f"GEMM on a {cfg.rows}x{cfg.cols} array, revision {args.rev} "
+             "(int8, bit-exact vs golden, errata mitigations on)")
+    rows, failed, harness = [], False, False
     for s in sims:
         shapes = shapes_given
         if s == "icarus" and not args.shapes:
@@ -84,7 +111,8 @@ def cmd(args) -> int:
                           variant=variant, sim=s)
             recs = [r for r in res.records if r.get("type") == "bench"]
         except JobFailed as e:
-            err_console.print(f"[red]{s}: {e}[/]")
+            harness |= isinstance(e, SimulatorDied)
+            err_console.print(plain((f"{s}: {'harness error: ' if isinstance(e, SimulatorDied) else ''}{e}", "red")))
             recs = [r for r in e.records if r.get("type") == "bench"]
             failed = True
         for r in recs:
@@ -97,11 +125,7 @@ def cmd(args) -> int:
                 "wall_s": st["wall_s"], "build_first_s": first.first_build_s, "build_cached_s": cached.build_s,
             }
             rows.append(row)
-            table.add_row(s, row["shape"], "pass" if r["passed"] else "[red]FAIL[/]", f"{st['cycles']:,}",
-                          f"{st['ideal_cycles']:,}", fmt_pct(st["utilization"]),
-                          f"{st['sim_cycles_per_s']:,.0f}", fmt_pct(st["python_share"]), f"{st['wall_s']:.2f}",
-                          f"{first.first_build_s:.1f}" if first.first_build_s else "?", f"{cached.build_s:.3f}")
-    console.print(table)
+    console.print(bench_table(rows, title))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
-    return EXIT_FAIL if failed else EXIT_OK
+    return EXIT_HARNESS_ERROR if harness else EXIT_FAIL if failed else EXIT_OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, exit_codes_help
 from rtl.faults import FAULT_SYNTAX
 
 from .common import (
@@ -17,6 +17,7 @@ from .common import (
     console,
     positive,
     require_sim,
+    uses_build_cache,
     variant_from_args,
 )
 
@@ -49,8 +50,13 @@ def add_parser(subparsers) -> None:
         "command path, engine smoke, errata, kernels, performance. A failed stage blocks the stages that "
         "depend on it; independent stages still run.",
         epilog="fault syntax (--inject, repeatable):\n" + _fault_help() + "\n"
-        "exit codes: 0 every stage passed, 1 a stage failed or was blocked, 2 could not start.")
+        "A stage is failed when the chip is wrong, error when the harness could not tell (a failed build, a\n"
+        "corrupt cache that could not be rebuilt, a simulator that died: the details name the log and the\n"
+        "signal), interrupted when SIGINT/SIGTERM arrived while it ran. The reports are written in every case.\n\n"
+        + exit_codes_help("a stage failed or was blocked (the chip is wrong)", "every selected stage passed")
+        + "  When both apply, 3 wins over 1: a run with a harness error is incomplete, whatever else failed.\n")
     bu.set_defaults(handler=cmd)
+    uses_build_cache(bu)
     add_rev_option(bu, help="revision to build (default A0)")
     add_sim_option(bu)
     bu.add_argument("--inject", action="append", default=[], metavar="FAULT",
@@ -59,7 +65,7 @@ def add_parser(subparsers) -> None:
                     help="run these stages (and what they depend on); the others are skipped")
     add_seed_option(bu)
     bu.add_argument("--report", type=Path, default=None, metavar="DIR",
-                    help="write report.json, junit.xml and report.md here")
+                    help="write report.json, junit.xml and report.md here (and the simulator's log in DIR/sim)")
     add_array_option(bu)
     bu.add_argument("--watchdog", type=positive, default=1_000_000, metavar="CYCLES",
                     help="cycle budget of every wait for the chip (default 1000000); on expiry the stage "
@@ -92,5 +98,5 @@ def cmd(args) -> int:
         raise CannotStart(str(e)) from None
     variant = Variant(config=cfg, revision=args.rev, faults=tuple(args.inject))
     report = run_bringup(variant=variant, sim=args.sim, seed=args.seed, only=args.only, report_dir=args.report,
-                         console=console, watchdog_cycles=args.watchdog)
-    return EXIT_OK if report["passed"] else EXIT_FAIL
+                         console=console, watchdog_cycles=args.watchdog, command=getattr(args, "command_line", None))
+    return report.get("exit_code", EXIT_OK if report["passed"] else EXIT_FAIL)

@@ -1,16 +1,27 @@
-"""What every ``firstlight`` command shares: argument types, option groups, consoles, helpers.
+"""What every ``firstlight`` command shares: argument types, option groups, consoles, output
+checks, tables, helpers.
 
 The command modules import this module, never :mod:`firstlight.cli` itself (the package that
 registers them), so there is no import circle. Exit codes and :class:`CannotStart` live in
 :mod:`firstlight.errors`.
+
+Terminal output: text that is not a literal of ours (fault specs such as ``sram:SA:...``, stage
+details, error messages, paths) reaches rich only inside :class:`rich.text.Text` objects
+(:func:`plain`, :func:`cells`), which rich never parses as markup or emoji codes; the consoles
+also never render emoji codes, whatever is printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from cosim.toolchain import SIMULATORS, SimulatorMissing, find_simulator
 from firstlight.errors import CannotStart
@@ -18,6 +29,8 @@ from rtl.config import FORMAT_NAMES
 
 __all__ = [
     "DEFAULT_SIM",
+    "FittedTable",
+    "Reporter",
     "add_array_option",
     "add_formats_option",
     "add_json_option",
@@ -25,19 +38,35 @@ __all__ = [
     "add_seed_option",
     "add_sim_option",
     "array",
+    "cells",
+    "check_output_dir",
+    "check_output_file",
+    "check_outputs",
     "console",
     "err_console",
     "fmt_pct",
     "int_at_least",
+    "plain",
     "positive",
     "require_sim",
     "revision",
     "seed",
+    "uses_build_cache",
     "variant_from_args",
 ]
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)  # never break a message mid-command
+console = Console(emoji=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)  # never break a message mid-command
+
+
+def plain(*parts) -> Text:
+    """Text taken literally: each part a string, or a ``(string, style)`` pair."""
+    return Text.assemble(*parts)
+
+
+def cells(*values) -> list[Text]:
+    """Table cells taken literally (a :class:`Text` stays as it is)."""
+    return [v if isinstance(v, Text) else Text("" if v is None else str(v)) for v in values]
 
 DEFAULT_SIM = "verilator"
 assert DEFAULT_SIM in SIMULATORS
@@ -106,6 +135,16 @@ def add_json_option(p: argparse.ArgumentParser, help: str | None = None) -> None
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help=help)
 
 
+# Output options by their argparse ``dest``: checked for writability before anything is built.
+OUTPUT_FILES = ("json",)
+OUTPUT_DIRS = ("report",)
+
+
+def uses_build_cache(p: argparse.ArgumentParser) -> None:
+    """This command builds simulators: the cache folder is checked for writability first."""
+    p.set_defaults(uses_build_cache=True)
+
+
 def add_formats_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--formats", nargs="+", default=None, metavar="FMT",
                    help=f"MATMUL formats to build the chip with ({' '.join(FORMAT_NAMES)}, default all); an "
@@ -140,3 +179,138 @@ def require_sim(name: str):
 
 def fmt_pct(x: float) -> str:
     return f"{100 * x:.1f}%"
+
+
+# ---- output paths: checked before anything is built ----------------------------------------------
+
+def _why(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def check_output_dir(path: Path, what: str) -> None:
+    """Make sure ``path`` is (or can be made) a folder this process can write, or raise
+    :class:`CannotStart` naming it and the problem. Creates the folder."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise CannotStart(f"{what} {path}: it exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CannotStart(f"{what} {path}: cannot create the folder ({_why(e)})") from None
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise CannotStart(f"{what} {path}: the folder is not writable ({_why(e)})") from None
+
+
+def check_output_file(path: Path, what: str) -> None:
+    """Make sure ``path`` can be written (its folder is created; an existing file is left as it
+    is), or raise :class:`CannotStart` naming it and the problem."""
+    path = Path(path)
+    if path.is_dir():
+        raise CannotStart(f"{what} {path}: it is a folder, not a file")
+    check_output_dir(path.parent if str(path.parent) else Path("."), f"{what} {path}: its folder")
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise CannotStart(f"{what} {path}: cannot write the file ({_why(e)})") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every output path of a command, and the build cache if it builds, before it starts."""
+    for dest in OUTPUT_FILES:
+        if getattr(args, dest, None) is not None:
+            check_output_file(getattr(args, dest), f"--{dest.replace('_', '-')}")
+    for dest in OUTPUT_DIRS:
+        if getattr(args, dest, None) is not None:
+            check_output_dir(getattr(args, dest), f"--{dest.replace('_', '-')}")
+    if getattr(args, "uses_build_cache", False):
+        from cosim.build import cache_root
+
+        source = "$FIRSTLIGHT_CACHE" if os.environ.get("FIRSTLIGHT_CACHE") else "default; set $FIRSTLIGHT_CACHE to move it"
+        check_output_dir(cache_root(), f"the build cache ({source})")
+
+
+# ---- tables that never cut a number ---------------------------------------------------------------
+
+class FittedTable:
+    """A table whose cells are never cut, at any console width.
+
+    As one table if it fits; else the first ``keys`` columns are repeated in several narrower
+    tables that share out the other columns; else (very narrow) one block per row with a line
+    per column. Headers may hold line breaks; cells are taken literally (see :func:`cells`).
+    """
+
+    def __init__(self, title: str, headers: list[str], rows: list[list], *, keys: int = 1,
+                 justify: list[str] | None = None):
+        self.title, self.headers, self.keys = title, headers, keys
+        self.rows = [cells(*r) for r in rows]
+        self.justify = justify or (["left"] * keys + ["right"] * (len(headers) - keys))
+        self.widths = [max([cell_len(line) for line in h.split("\n")] + [r[i].cell_len for r in self.rows])
+                       for i, h in enumerate(headers)]
+
+    def _width(self, cols: list[int]) -> int:
+        return sum(self.widths[c] + 2 for c in cols) + len(cols) + 1  # padding 1+1, one border each, plus one
+
+    def _table(self, cols: list[int], title: str) -> Table:
+        t = Table(title=Text(title))
+        for c in cols:
+            t.add_column(Text(self.headers[c]), justify=self.justify[c], no_wrap=True, min_width=self.widths[c])
+        for r in self.rows:
+            t.add_row(*[r[c] for c in cols])
+        return t
+
+    def layout(self, width: int) -> list[list[int]] | None:
+        """The column groups of the tables at this width; None for one block per row."""
+        every = list(range(len(self.headers)))
+        if self._width(every) <= width:
+            return [every]
+        keys, groups, cur = every[: self.keys], [], []
+        for c in every[self.keys:]:
+            if cur and self._width(keys + cur + [c]) > width:
+                groups.append(cur)
+                cur = []
+            cur.append(c)
+        groups.append(cur)
+        if all(self._width(keys + g) <= width for g in groups):
+            return [keys + g for g in groups]
+        return None
+
+    def _blocks(self):
+        yield Text(self.title, style="bold")
+        for r in self.rows:
+            grid = Table(show_header=False, box=None, padding=(0, 1), title=Text.assemble(*[
+                (r[c].plain + " ", "bold") for c in range(self.keys)]), title_justify="left")
+            grid.add_column(no_wrap=True)
+            grid.add_column(overflow="fold")
+            for c in range(self.keys, len(self.headers)):
+                grid.add_row(Text(self.headers[c].replace("\n", " ")), r[c])
+            yield grid
+
+    def __rich_console__(self, console, options):
+        groups = self.layout(options.max_width)
+        if groups is None:
+            yield from self._blocks()
+            return
+        for i, cols in enumerate(groups):
+            title = self.title if len(groups) == 1 else f"{self.title} ({i + 1}/{len(groups)})"
+            yield self._table(cols, title)
+
+
+class Reporter:
+    """What a long job shows as it goes (:func:`firstlight.numerics.run_numerics` takes one):
+    tables and notes, on a console, taken literally."""
+
+    def __init__(self, console: Console):
+        self.console = console
+
+    def table(self, title: str, headers: list[str], rows: list[list], keys: int = 1) -> None:
+        self.console.print(FittedTable(title, headers, rows, keys=keys))
+
+    def note(self, text: str, style: str = "") -> None:
+        self.console.print(Text(text, style=style))

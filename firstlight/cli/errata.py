@@ -6,22 +6,28 @@ The simulator work (reproducers, the regression matrix, costs at scale) is in
 
 from __future__ import annotations
 
+import argparse
 import enum
 import json
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
-from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, exit_codes_help
 
 from .common import (
     add_json_option,
     add_rev_option,
     add_seed_option,
     add_sim_option,
+    cells,
+    check_output_file,
     console,
     err_console,
+    plain,
     require_sim,
+    uses_build_cache,
 )
 
 __all__ = ["DOCS_PATH", "add_parser", "cmd"]
@@ -30,25 +36,36 @@ DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "errata.md"
 
 
 def add_parser(subparsers) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
     e = subparsers.add_parser("errata", help="the errata registry: list, show, check on the RTL, measure costs",
                               description="Errata: what the software believes about each silicon revision, held "
-                              "against the real RTL by running every reproducer.")
+                              "against the real RTL by running every reproducer.", formatter_class=raw,
+                              epilog=exit_codes_help("see each action's --help"))
     e.set_defaults(handler=cmd)
     e_sub = e.add_subparsers(dest="errata_cmd", required=True, metavar="ACTION")
-    el = e_sub.add_parser("list", help="id, unit, category and status for a revision")
+    el = e_sub.add_parser("list", help="id, unit, category and status for a revision", formatter_class=raw,
+                          epilog=exit_codes_help("(not used)"))
     add_rev_option(el, default=None, help="revision (default: every assessed one)")
     add_json_option(el)
-    es = e_sub.add_parser("show", help="one whole record, its status per revision and its measured cost")
+    es = e_sub.add_parser("show", help="one whole record, its status per revision and its measured cost",
+                          formatter_class=raw, epilog=exit_codes_help("(not used)"))
     es.add_argument("id", help="erratum id, e.g. FL-ME-001")
-    ec = e_sub.add_parser("check", help="run every reproducer on the RTL of a revision: detected vs expected")
+    ec = e_sub.add_parser("check", help="run every reproducer on the RTL of a revision: detected vs expected",
+                          formatter_class=raw,
+                          epilog=exit_codes_help("a reproducer disagreed with the registry (a new finding or a "
+                                                 "missing erratum), or the check did not finish"))
     add_rev_option(ec, required=True)
     add_sim_option(ec)
     add_json_option(ec)
+    uses_build_cache(ec)
     em = e_sub.add_parser("measure", help="run the regression matrix (revision x mitigation on/off), store the "
-                          "cycle costs in workarounds/costs.json and regenerate docs/errata.md")
+                          "cycle costs in workarounds/costs.json and regenerate docs/errata.md", formatter_class=raw,
+                          epilog=exit_codes_help("a cell of the matrix or a run at scale was not as expected"))
     add_sim_option(em)
     add_seed_option(em)
-    ed = e_sub.add_parser("docs", help="regenerate docs/errata.md from the registry and the stored costs")
+    uses_build_cache(em)
+    ed = e_sub.add_parser("docs", help="regenerate docs/errata.md from the registry and the stored costs",
+                          formatter_class=raw, epilog=exit_codes_help("with --check: the committed page is stale"))
     ed.add_argument("--check", action="store_true", help="only check that the committed page is current")
 
 
@@ -72,14 +89,14 @@ def _list(args) -> int:
     from workarounds.registry import ASSESSED_REVISIONS
 
     revs = [args.rev] if args.rev else list(ASSESSED_REVISIONS)
-    t = Table(title="Errata" + (f" on {args.rev}" if args.rev else ""))
+    t = Table(title=Text("Errata" + (f" on {args.rev}" if args.rev else "")))
     for col in ("id", "unit", "cat", "title", *revs):
         t.add_column(col)
     rows = []
     for e in ERRATA:
         status = {r: status_for(e, r, r in e.affected) for r in revs}
         rows.append({"id": e.id, "unit": _text(e.unit), "category": e.category, "title": e.title, "status": status})
-        t.add_row(e.id, _text(e.unit), e.category, e.title, *[status[r] for r in revs])
+        t.add_row(*cells(e.id, _text(e.unit), e.category, e.title, *[status[r] for r in revs]))
     console.print(t)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
@@ -96,13 +113,13 @@ def _show(args) -> int:
         e = erratum(args.id)
     except KeyError as exc:
         raise CannotStart(exc.args[0]) from None
-    t = Table(show_header=False, box=None, title=f"{e.id}: {e.title}")
+    t = Table(show_header=False, box=None, title=Text(f"{e.id}: {e.title}"))
     for name in ("unit", "category", "affected", "fixed_in", "defect", "conditions", "description", "implication",
                  "reproducer", "mitigation", "mitigation_kind"):
-        t.add_row(name, _text(getattr(e, name)))
+        t.add_row(*cells(name, _text(getattr(e, name))))
     for r in ASSESSED_REVISIONS:
-        t.add_row(f"status {r}", status_for(e, r, r in e.affected))
-    t.add_row("measured cost", cost_summary(load_costs(), e.id))
+        t.add_row(*cells(f"status {r}", status_for(e, r, r in e.affected)))
+    t.add_row(*cells("measured cost", cost_summary(load_costs(), e.id)))
     console.print(t)
     return EXIT_OK
 
@@ -114,34 +131,35 @@ def _check(args) -> int:
     require_sim(args.sim)
     observed, error = check_revision(args.rev, args.sim)
     if error:
-        err_console.print(f"[red]the check did not finish:[/] {error}")
+        err_console.print(plain(("the check did not finish: ", "red"), str(error)))
     rows = compare(args.rev, observed)
-    t = Table(title=f"errata check on {args.rev} ({args.sim})")
+    t = Table(title=Text(f"errata check on {args.rev} ({args.sim})"))
     for col in ("id", "unit", "expected", "detected", "verdict", "detail"):
         t.add_column(col)
     for r in rows:
         color = "green" if r["verdict"] in ("ok", "not applicable") else "red"
-        t.add_row(r["id"], _text(r["unit"]), "affected" if r["expected"] else "not affected",
-                  "fired" if r["detected"] else "-", f"[{color}]{r['verdict']}[/]", r["detail"])
+        t.add_row(*cells(r["id"], _text(r["unit"]), "affected" if r["expected"] else "not affected",
+                         "fired" if r["detected"] else "-", Text(r["verdict"], style=color), r["detail"]))
     console.print(t)
     if args.json:
         args.json.write_text(json.dumps({"revision": args.rev, "sim": args.sim, "rows": rows}, indent=2, default=_text))
     bad = [r for r in rows if r["verdict"] not in ("ok", "not applicable")]
     for r in bad:
-        err_console.print(f"[bold red]{r['verdict'].upper()}:[/] {r['id']} on {args.rev}: {r['detail']}")
+        err_console.print(plain((f"{r['verdict'].upper()}: ", "bold red"), f"{r['id']} on {args.rev}: {r['detail']}"))
     return EXIT_FAIL if bad else EXIT_OK
 
 
 def _matrix_table(costs: dict, sim: str) -> Table:
-    t = Table(title=f"errata regression matrix ({sim})")
+    t = Table(title=Text(f"errata regression matrix ({sim})"))
     for col in ("id", "rev", "affected", "on: cycles", "on", "off: cycles", "off", "as expected"):
         t.add_column(col)
     for err_id, revs in costs.items():
         for rev, e in revs.items():
             ok = (e.get("passed_on") is True) and (e.get("passed_off") is (not e["affected"]))
-            t.add_row(err_id, rev, "yes" if e["affected"] else "no", str(e.get("on")),
-                      "exact" if e.get("passed_on") else "[red]WRONG[/]", str(e.get("off")),
-                      "exact" if e.get("passed_off") else "wrong", "[green]yes[/]" if ok else "[red]NO[/]")
+            t.add_row(*cells(err_id, rev, "yes" if e["affected"] else "no", str(e.get("on")),
+                             Text("exact") if e.get("passed_on") else Text("WRONG", style="red"), str(e.get("off")),
+                             "exact" if e.get("passed_off") else "wrong",
+                             Text("yes", style="green") if ok else Text("NO", style="red")))
     return t
 
 
@@ -150,16 +168,18 @@ def _measure(args) -> int:
     from workarounds.docs import COSTS_PATH, render
 
     require_sim(args.sim)
-    cells, problems = run_matrix(args.sim, args.seed)
-    console.print(_matrix_table(costs_from(cells, []), args.sim))  # shown before the (longer) runs at scale
+    check_output_file(COSTS_PATH, "the cost table")  # before the hour of simulation, not after
+    check_output_file(DOCS_PATH, "the errata page")
+    matrix, problems = run_matrix(args.sim, args.seed)
+    console.print(_matrix_table(costs_from(matrix, []), args.sim))  # shown before the (longer) runs at scale
     scale, scale_problems = run_scale(args.sim, args.seed)
     problems += scale_problems
-    costs = costs_from(cells, scale)
+    costs = costs_from(matrix, scale)
     COSTS_PATH.write_text(json.dumps(costs, indent=2, sort_keys=True) + "\n")
     DOCS_PATH.write_text(render(costs))
-    console.print(f"wrote {COSTS_PATH} and {DOCS_PATH}")
+    console.print(plain(f"wrote {COSTS_PATH} and {DOCS_PATH}"))
     for p in problems:
-        err_console.print(f"[bold red]UNEXPECTED:[/] {p}")
+        err_console.print(plain(("UNEXPECTED: ", "bold red"), str(p)))
     return EXIT_FAIL if problems else EXIT_OK
 
 
@@ -170,10 +190,11 @@ def _docs(args) -> int:
     if args.check:
         current = DOCS_PATH.read_text() if DOCS_PATH.exists() else ""
         if current != text:
-            err_console.print(f"{DOCS_PATH} is stale: run `firstlight errata docs`")
+            err_console.print(plain(f"{DOCS_PATH} is stale: run `firstlight errata docs`"))
             return EXIT_FAIL
-        console.print(f"{DOCS_PATH} is current")
+        console.print(plain(f"{DOCS_PATH} is current"))
         return EXIT_OK
+    check_output_file(DOCS_PATH, "the errata page")
     DOCS_PATH.write_text(text)
-    console.print(f"wrote {DOCS_PATH}")
+    console.print(plain(f"wrote {DOCS_PATH}"))
     return EXIT_OK

@@ -5,11 +5,21 @@ The command only checks its arguments; the report itself is :func:`firstlight.nu
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
-from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+from firstlight.errors import EXIT_FAIL, EXIT_HARNESS_ERROR, EXIT_OK, CannotStart, exit_codes_help
 
-from .common import add_rev_option, add_seed_option, add_sim_option, console, positive, require_sim
+from .common import (
+    Reporter,
+    add_rev_option,
+    add_seed_option,
+    add_sim_option,
+    console,
+    positive,
+    require_sim,
+    uses_build_cache,
+)
 
 __all__ = ["add_parser", "cmd"]
 
@@ -19,8 +29,10 @@ def add_parser(subparsers) -> None:
         "numerics", help="SQNR of every quantization recipe on the RTL (table, JSON, PNG plot)",
         description="Runs each recipe x distribution x K on the chip, reports SQNR vs a float64 "
         "ideal, checks the chip's bits against the golden, and shows erratum FL-NU-001 "
-        "vulnerable vs mitigated.")
+        "vulnerable vs mitigated.", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=exit_codes_help("the RTL's bits differ from the golden, or a job did not finish"))
     nu.set_defaults(handler=cmd)
+    uses_build_cache(nu)
     add_sim_option(nu)
     add_rev_option(nu, default="B0", help="revision for the main table (default B0: its FP path is as specified)")
     nu.add_argument("--recipes", nargs="+", default=None, metavar="RECIPE", help="default: all (see golden/quant.py)")
@@ -48,5 +60,7 @@ def cmd(args) -> int:
         if d not in DISTRIBUTIONS:
             raise CannotStart(f"unknown distribution {d!r}; known: {', '.join(DISTRIBUTIONS)}")
     res = run_numerics(sim=args.sim, revision=args.rev, recipes=recipes, dists=dists, ks=args.k, m=args.m, n=args.n,
-                       seed=args.seed, report_dir=args.report, console=console, erratum=not args.no_erratum)
+                       seed=args.seed, report_dir=args.report, out=Reporter(console), erratum=not args.no_erratum)
+    if res.get("harness_error"):
+        return EXIT_HARNESS_ERROR
     return EXIT_OK if res["all_bit_identical"] and not res["error"] else EXIT_FAIL

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, exit_codes_help
 
 from .common import (
     DEFAULT_SIM,
@@ -19,13 +19,19 @@ from .common import (
     add_rev_option,
     add_seed_option,
     add_sim_option,
+    cells,
+    check_output_dir,
     console,
     err_console,
     fmt_pct,
+    plain,
     positive,
     require_sim,
+    uses_build_cache,
     variant_from_args,
 )
+
+EPILOG = exit_codes_help("the result differs from the golden, or the job failed (e.g. a watchdog expired)")
 
 __all__ = ["add_parser", "cmd"]
 
@@ -44,19 +50,22 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--errata-policy", action="append", default=[], metavar="ID=auto|on|off",
                    help="override one erratum's mitigation (repeatable), e.g. FL-ME-002=off")
     add_formats_option(p)
+    uses_build_cache(p)
 
 
 def add_parser(subparsers) -> None:
     run = subparsers.add_parser("run", help="run one kernel on random data and check it against the golden",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     run.set_defaults(handler=cmd)
     run_sub = run.add_subparsers(dest="kernel", required=True, metavar="KERNEL")
-    g = run_sub.add_parser("gemm", help="int8 x int8 -> int32 GEMM, C = A(MxK) @ B(KxN)")
+    g = run_sub.add_parser("gemm", help="int8 x int8 -> int32 GEMM, C = A(MxK) @ B(KxN)", epilog=EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("--m", type=positive, required=True, help="rows of A and C")
     g.add_argument("--n", type=positive, required=True, help="columns of B and C")
     g.add_argument("--k", type=positive, required=True, help="inner dimension")
     _add_run_options(g)
-    r = run_sub.add_parser("reduce", help="int32 row reduction (sum wraps modulo 2**32)")
+    r = run_sub.add_parser("reduce", help="int32 row reduction (sum wraps modulo 2**32)", epilog=EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("--rows", type=positive, required=True)
     r.add_argument("--cols", type=positive, required=True)
     r.add_argument("--op", choices=["sum", "max", "min"], required=True)
@@ -77,8 +86,12 @@ def cmd(args) -> int:
     policy = _policy(args.errata_policy)
     variant = variant_from_args(args)
 
+    work = Path("firstlight-out") / f"run-{int(time.time())}" if args.waves else None
+    if work is not None:
+        check_output_dir(work.parent, "--waves (the waveform folder)")
+
     # imported once the arguments are known good, so that a bad one exits 2 quickly
-    from cosim.jobs import JobFailed, run_job
+    from cosim.jobs import JobFailed, SimulatorDied, run_job
     from firstlight.jobs import kernels as kernel_jobs
 
     if args.kernel == "gemm":
@@ -89,14 +102,15 @@ def cmd(args) -> int:
         shape = f"{args.rows}x{args.cols} {args.op}"
     kwargs.update(seed=args.seed, extremes=args.extremes, errata_policy=policy)
     cfg = variant.config
-    console.print(f"[bold]firstlight run {args.kernel}[/] {shape} on a {cfg.rows}x{cfg.cols} array, "
-                  f"{args.sim}, revision {args.rev}, seed {args.seed}")
+    console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "
+                        f"{args.sim}, revision {args.rev}, seed {args.seed}"))
     t0 = time.perf_counter()
-    work = Path("firstlight-out") / f"run-{int(time.time())}" if args.waves else None
     try:
         res = run_job(job, kwargs, variant=variant, sim=args.sim, waves=args.waves, work_dir=work)
+    except SimulatorDied:
+        raise  # a harness error (exit 3), not a result: the CLI reports it
     except JobFailed as e:
-        err_console.print(f"[red]FAILED[/] {e}")
+        err_console.print(plain(("FAILED ", "red"), str(e)))
         return EXIT_FAIL
     total = time.perf_counter() - t0
     v = res.value
@@ -126,29 +140,29 @@ def cmd(args) -> int:
         "stats": st,
     }
     t = Table(show_header=False, box=None)
-    t.add_row("result", "[green]PASS[/] (bit-exact vs golden)" if v["passed"]
-              else f"[red]FAIL[/] {v['mismatch']['count']} mismatches, first {v['mismatch']}")
-    t.add_row("cycles", f"{st['cycles']:,}")
-    t.add_row("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
-              if args.kernel == "gemm" else f"{st['ideal_cycles']:,}  (one accumulator word per cycle)")
-    t.add_row("utilisation", fmt_pct(st["utilization"]))
-    t.add_row("kernel wall time", f"{st['wall_s']:.3f} s  (Python {fmt_pct(st['python_share'])})")
-    t.add_row("simulated cycles/s", f"{st['sim_cycles_per_s']:,.0f}")
-    t.add_row("build", f"{res.build.build_s:.2f} s ({'cached' if res.build.cache_hit else 'compiled'})")
-    t.add_row("simulator process", f"{res.run_s:.2f} s (start-up included)")
-    t.add_row("mitigations applied", ", ".join(st.get("mitigations", [])) or "none")
+    t.add_row(*cells("result", plain(("PASS", "green"), " (bit-exact vs golden)") if v["passed"]
+                     else plain(("FAIL", "red"), f" {v['mismatch']['count']} mismatches, first {v['mismatch']}")))
+    t.add_row(*cells("cycles", f"{st['cycles']:,}"))
+    t.add_row(*cells("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
+                     if args.kernel == "gemm" else f"{st['ideal_cycles']:,}  (one accumulator word per cycle)"))
+    t.add_row(*cells("utilisation", fmt_pct(st["utilization"])))
+    t.add_row(*cells("kernel wall time", f"{st['wall_s']:.3f} s  (Python {fmt_pct(st['python_share'])})"))
+    t.add_row(*cells("simulated cycles/s", f"{st['sim_cycles_per_s']:,.0f}"))
+    t.add_row(*cells("build", f"{res.build.build_s:.2f} s ({'cached' if res.build.cache_hit else 'compiled'})"))
+    t.add_row(*cells("simulator process", f"{res.run_s:.2f} s (start-up included)"))
+    t.add_row(*cells("mitigations applied", ", ".join(st.get("mitigations", [])) or "none"))
     for err_id, status in st.get("errata_status", {}).items():
-        t.add_row(f"  {err_id}", status)
+        t.add_row(*cells(f"  {err_id}", status))
     console.print(t)
     if res.waves:  # printed whole, never cut to the table width
-        console.print(f"waves: {res.waves}", soft_wrap=True)
+        console.print(plain(f"waves: {res.waves}"), soft_wrap=True)
         out["waves"] = str(res.waves)
     elif args.waves:
-        err_console.print(f"[yellow]no waveform file found in {work}[/]")
+        err_console.print(plain((f"no waveform file found in {work}", "yellow")))
     for w in st.get("errata_warnings", []):
-        err_console.print(f"[bold red]WARNING:[/] {w}")
+        err_console.print(plain(("WARNING: ", "bold red"), w))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))
-        console.print(f"wrote {args.json}")
+        console.print(plain(f"wrote {args.json}"))
     return EXIT_OK if v["passed"] else EXIT_FAIL
