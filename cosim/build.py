@@ -42,6 +42,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from rtl.config import ChipConfig
+from rtl.faults import FAULT_BITS
 
 from .toolchain import SimInfo, find_simulator
 
@@ -218,9 +219,15 @@ class Variant:
     config: ChipConfig = field(default_factory=ChipConfig)
     revision: str = "A0"
     faults: tuple[str, ...] = ()
+    # A fault-campaign build: the chip takes a fault descriptor on a port that the testbench sets
+    # once before reset (rtl/faults.py), so one build serves every fault of a campaign.
+    fault_port: bool = False
 
     def describe(self) -> dict:
-        return {"config": self.config.as_dict(), "revision": self.revision, "faults": list(self.faults)}
+        d = {"config": self.config.as_dict(), "revision": self.revision, "faults": list(self.faults)}
+        if self.fault_port:  # only when set, so the keys of existing builds stay as they were
+            d["fault_port"] = True
+        return d
 
 
 @dataclass
@@ -304,7 +311,7 @@ def elaborate(variant: Variant):
     """Build the Amaranth top for a variant (the one place that knows how)."""
     from rtl.chip import Chip
 
-    return Chip(variant.config, revision=variant.revision, faults=variant.faults)
+    return Chip(variant.config, revision=variant.revision, faults=variant.faults, fault_port=variant.fault_port)
 
 
 def _verilog_problem(out: Path) -> str | None:
@@ -472,7 +479,8 @@ def _compile(variant: Variant, sim: str, clock: str, waves: bool, info: SimInfo,
             build_dir=build_dir,
             build_args=args,
             defines={**({"FL_GPI_CLOCK": 1} if clock == "gpi" else {}),
-                     **({"FL_DUMP": 1} if waves and sim == "icarus" else {})},
+                     **({"FL_DUMP": 1} if waves and sim == "icarus" else {}),
+                     **({"FL_FAULT_PORT": FAULT_BITS} if variant.fault_port else {})},
             timescale=("1ns", "1ps"),
             waves=waves and sim == "verilator",
             log_file=log,
