@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 from firstlight import cli
@@ -170,3 +172,117 @@ def test_inject_build_agrees_with_the_campaign_build(tmp_path, campaign, spec):
     assert code == cli.EXIT_FAIL and failed, rep["stages"]
     assert failed[0]["name"] == campaign[spec]["stage"]
     assert failed[0]["details"] == campaign[spec]["details"]
+
+
+# ---- the SRAM saboteur alone, in Amaranth's simulator ----------------------------------------------
+class _FaultyRam:
+    """The fault definitions of docs/faults.md as a Python memory (the reference)."""
+
+    def __init__(self, fault, depth, width):
+        self.f, self.depth, self.width = fault, depth, width
+        self.cells = [0] * depth
+        self.shadow = self.aggr = 0
+
+    def _addr(self, a):
+        f = self.f
+        if f.kind is FaultKind.SRAM_ADDR_TIE:
+            return a | (1 << f.addr) if f.value else a & ~(1 << f.addr)
+        if f.kind is FaultKind.SRAM_ADDR_BRIDGE:
+            both = (a >> f.addr & 1) & (a >> f.addr2 & 1)
+            m = (1 << f.addr) | (1 << f.addr2)
+            return a | m if both else a & ~m
+        return a
+
+    def write(self, a, v):
+        f, a = self.f, self._addr(a)
+        bit = v >> f.bit & 1
+        if f.kind is FaultKind.SRAM_WRITE_STUCK and a == f.addr:
+            v = v | (1 << f.bit) if f.value else v & ~(1 << f.bit)
+        self.cells[a] = v
+        if f.kind is FaultKind.SRAM_TRANSITION and a == f.addr:
+            self.shadow = (self.shadow | bit) if f.aux else (self.shadow & bit)  # down: cannot fall
+        if f.kind is FaultKind.SRAM_COUPLING:
+            if a == f.addr2:
+                self.shadow = bit
+            elif a == f.addr:
+                if (f.aux == 0 and not self.aggr and bit) or (f.aux == 1 and self.aggr and not bit):
+                    self.shadow = f.value
+                self.aggr = bit
+
+    def read(self, a):
+        f, a = self.f, self._addr(a)
+        v = self.cells[a]
+        one = 1 << f.bit
+        if f.kind is FaultKind.SRAM_STUCK and a == f.addr:
+            v = v | one if f.value else v & ~one
+        victim = f.addr2 if f.kind is FaultKind.SRAM_COUPLING else f.addr
+        if f.kind in (FaultKind.SRAM_TRANSITION, FaultKind.SRAM_COUPLING) and a == victim:
+            v = v | one if self.shadow else v & ~one
+        return v
+
+
+@pytest.mark.parametrize("spec", [
+    "sram:A:stuck1:addr=5:bit=3", "sram:A:stuck0:addr=6:bit=0:path=write", "sram:A:tie1:addr_bit=2",
+    "sram:A:bridge:addr_bit=0:with=3", "sram:A:transition:addr=9:bit=7:dir=up",
+    "sram:A:transition:addr=9:bit=7:dir=down", "sram:A:coupling:aggr=2:victim=12:bit=4:on=up:to=1",
+    "sram:A:coupling:aggr=12:victim=2:bit=4:on=down:to=0",
+])
+def test_sram_saboteur_matches_the_fault_definition(spec):
+    """Random writes and reads through one saboteured SRAM against the Python reference."""
+    import zlib
+
+    from amaranth.hdl import Const, Module, Signal
+    from amaranth.lib import data, memory
+    from amaranth.sim import Simulator
+
+    from rtl.faults import FAULT_LAYOUT
+    from rtl.saboteurs import SramSaboteur
+
+    cfg = ChipConfig(formats=("int8",), operand_depth=16, acc_depth=16, cmdq_depth=16)
+    depth, width = 16, 32
+    fault = parse_fault(spec, cfg)
+    m = Module()
+    m.submodules.mem = mem = memory.Memory(shape=width, depth=depth, init=[])
+    desc = [data.View(FAULT_LAYOUT, Const(fault.encode(), FAULT_LAYOUT.size))]
+    sab = SramSaboteur(m, desc, 0, width, depth, "t")
+    wa, wd, we, ra = Signal(4), Signal(32), Signal(), Signal(4)
+    wp = mem.write_port()
+    waddr = sab.address(wa, "w")
+    m.d.comb += [wp.addr.eq(waddr), wp.data.eq(sab.write(waddr, wd, we, None)), wp.en.eq(we)]
+    rp = mem.read_port()
+    raddr = sab.address(ra, "r")
+    m.d.comb += rp.addr.eq(raddr)
+    rd = sab.read(raddr, rp.data, "r")
+    seed = SEED + zlib.crc32(spec.encode())
+    rng = np.random.default_rng(seed)
+    ref = _FaultyRam(fault, depth, width)
+    mismatches = []
+
+    near = [fault.addr % depth, fault.addr2 % depth]  # half the accesses go to the fault's own words
+
+    def addr():
+        return int(rng.choice(near)) if rng.random() < 0.5 else int(rng.integers(depth))
+
+    async def tb(ctx):
+        for step in range(400):
+            if rng.random() < 0.5:
+                a, v = addr(), int(rng.choice([0, 0xFFFFFFFF, int(rng.integers(2**32))]))
+                ctx.set(wa, a)
+                ctx.set(wd, v)
+                ctx.set(we, 1)
+                await ctx.tick()
+                ctx.set(we, 0)
+                ref.write(a, v)
+            else:
+                a = addr()
+                ctx.set(ra, a)
+                await ctx.tick()
+                got, want = ctx.get(rd), ref.read(a)
+                if got != want:
+                    mismatches.append((step, a, hex(got), hex(want)))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    assert not mismatches, f"{spec}: {mismatches[:5]} (seed {seed}; FIRSTLIGHT_SEED={SEED})"

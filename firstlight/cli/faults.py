@@ -140,9 +140,13 @@ def cmd_campaign(args) -> int:
                   console=err_console, transient=True) as progress:
         task = progress.add_task("faults", total=len(specs))
         escapes = []
+        done = [0]
 
         def on_result(r):
             progress.advance(task)
+            done[0] += 1
+            if not err_console.is_terminal and (done[0] % 25 == 0 or done[0] == len(specs)):
+                err_console.print(f"{done[0]}/{len(specs)} faults done, {len(escapes)} not detected", highlight=False)
             if r["verdict"] not in ("detected", "redundant"):
                 escapes.append(r)
                 progress.console.print(f"{r['verdict']}: {escape(r['fault'])}", highlight=False, emoji=False)
