@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, exit_codes_help
-from rtl.faults import FAULT_SYNTAX
+from rtl.faults import FAULT_FORMS
 
 from .common import (
     add_array_option,
@@ -24,22 +24,14 @@ from .common import (
 __all__ = ["add_parser", "cmd"]
 
 
-def _fault_note(form: str) -> str:
-    """A few words on what one form of :data:`rtl.faults.FAULT_SYNTAX` builds."""
-    if form.startswith("csr:"):
-        return "a stuck register bit"
-    if ":alias:" in form:
-        return "an address line tied low"
-    if form.startswith("sram:") and "stuck" in form:
-        return "one stuck cell"
-    return ""
-
-
 def _fault_help() -> str:
-    """The ``--inject`` syntax, one form a line, from its one declaration in :mod:`rtl.faults`."""
-    forms = [f.strip() for f in FAULT_SYNTAX.split(", ")]
-    width = max(map(len, forms)) + 3
-    return "".join(f"  {f:<{width}}{_fault_note(f)}".rstrip() + "\n" for f in forms)
+    """The ``--inject`` syntax, one form a line with what it builds, from its one declaration
+    (:data:`rtl.faults.FAULT_FORMS`)."""
+    width = 56
+    out = []
+    for form, note in FAULT_FORMS:
+        out.append(f"  {form:<{width}}  {note}\n" if len(form) <= width else f"  {form}\n  {'':<{width}}  {note}\n")
+    return "".join(out)
 
 
 def add_parser(subparsers) -> None:
