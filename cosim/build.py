@@ -207,6 +207,18 @@ def stop_children(grace_s: float = 5.0) -> list[int]:
     return [p.pid for p in procs]
 
 
+def kill_children_now() -> list[int]:
+    """SIGKILL every registered child's process group at once: no locks, no waits. For signal
+    handlers that must end the process now (a campaign worker told to stop)."""
+    pids = list(_CHILDREN)
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return pids
+
+
 atexit.register(stop_children, 2.0)  # a last resort: never leave a simulator running behind us
 
 

@@ -117,6 +117,11 @@ async def stage_identity(ctx: Ctx):
     if found is not None and found != ctx.expected:
         diffs = {k: (v, ctx.expected.as_dict()[k]) for k, v in found.as_dict().items() if v != ctx.expected.as_dict()[k]}
         problems.append(f"CAPS say {diffs} (read, built)")
+    # Word for word too: a bit no field decodes (a format the chip cannot have) must read 0.
+    for name, got in (("CAPS0", caps0), ("CAPS1", caps1)):
+        want = ctx.expected.caps()[name]
+        if got != want and not (found is not None and found != ctx.expected):
+            problems.append(f"{name} = 0x{got:08x}, this chip's is 0x{want:08x} (bits {_bits(got ^ want)} differ)")
     rev = await dev.read_revision()
     name = BY_CODE[rev].name if rev in BY_CODE else None
     if ctx.built_revision and name != ctx.built_revision:

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart
+from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, Interrupted, exit_codes_help
 
 from .common import (
     add_array_option,
@@ -24,6 +24,7 @@ from .common import (
     err_console,
     positive,
     require_sim,
+    uses_build_cache,
     variant_from_args,
 )
 
@@ -42,21 +43,26 @@ examples:
   firstlight faults campaign --sample 40 --formats int8 --sram-depth 64     a quick one
   firstlight faults campaign --sample 500 --seed 7 --report out/campaign  the default chip
 
-exit codes: 0 the campaign ran and met --min-coverage, 1 it did not, 2 could not start.
 """
+
+
+_EXIT = exit_codes_help("the campaign ran but detected fewer faults than --min-coverage",
+                        "the campaign ran and met --min-coverage")
 
 
 def add_parser(subparsers) -> None:
     fp = subparsers.add_parser("faults", help="the fault universe and coverage campaigns of the checklist",
                                description="Inject faults into the RTL and measure what the bring-up "
-                               "checklist catches.", epilog=EPILOG,
+                               "checklist catches.", epilog=EPILOG + "\n" + _EXIT,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = fp.add_subparsers(dest="faults_command", required=True, metavar="SUBCOMMAND")
-    ls = sub.add_parser("list", help="every kind of fault, its syntax and how many sites the chip has")
+    ls = sub.add_parser("list", help="every kind of fault, its syntax and how many sites the chip has",
+                        epilog=exit_codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     _chip_options(ls)
     ls.set_defaults(handler=cmd_list)
     cp = sub.add_parser("campaign", help="run the checklist on faulty chips and report the coverage",
-                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        epilog=EPILOG + "\n" + _EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    uses_build_cache(cp)
     _chip_options(cp)
     add_sim_option(cp)
     cp.add_argument("--sample", type=positive, default=None, metavar="N",
@@ -125,14 +131,6 @@ def cmd_campaign(args) -> int:
 
     require_sim(args.sim)
     cfg = _config(args)
-    if args.report is not None:
-        try:
-            args.report.mkdir(parents=True, exist_ok=True)
-            probe = args.report / ".write-test"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as e:
-            raise CannotStart(f"--report {args.report}: cannot write there ({e.strerror or e})") from None
     specs = sample_faults(cfg, args.sample, args.seed)
     err_console.print(f"campaign: {len(specs)} faults on revision {args.rev}, {args.sim}; building the "
                       "campaign chip (cached after the first time)...", highlight=False)
@@ -151,8 +149,18 @@ def cmd_campaign(args) -> int:
                 escapes.append(r)
                 progress.console.print(f"{r['verdict']}: {escape(r['fault'])}", highlight=False, emoji=False)
 
-        result = run_campaign(cfg, args.rev, args.sim, specs, seed=args.seed, workers=args.workers,
-                              watchdog=args.watchdog, on_result=on_result)
+        started = []
+        try:
+            result = run_campaign(cfg, args.rev, args.sim, specs, seed=args.seed, workers=args.workers,
+                                  watchdog=args.watchdog, on_result=on_result, on_start=started.append)
+        except (Interrupted, KeyboardInterrupt):
+            if started and args.report:  # keep every verdict so far
+                partial = started[0]
+                command = getattr(args, "command_line", shlex.join(["firstlight", *sys.argv[1:]]))
+                for path in write_report(partial, args.report, command + f"  (interrupted after "
+                                         f"{len(partial.results)} of {len(specs)} faults)"):
+                    err_console.print(f"wrote {path} (partial)", highlight=False)
+            raise
     _print(result)
     bad = [r for r in result.results if r["verdict"] not in ("detected", "redundant")]
     if bad:
@@ -162,7 +170,7 @@ def cmd_campaign(args) -> int:
             console.print(f"  {r['verdict']}: {escape(_reproduce(r['fault'], args))}{escape(where)}",
                           highlight=False, emoji=False)
     if args.report:
-        command = shlex.join(["firstlight", *sys.argv[1:]])
+        command = getattr(args, "command_line", shlex.join(["firstlight", *sys.argv[1:]]))
         for p in write_report(result, args.report, command):
             console.print(f"wrote {escape(str(p))}", highlight=False)
     return EXIT_OK if result.coverage() >= args.min_coverage else EXIT_FAIL

@@ -21,7 +21,7 @@ import json
 import os
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +112,22 @@ def classify(fault: Fault, cfg: ChipConfig, stages: list[dict], job_error: str |
     return {"verdict": "detected" if ok else "misattributed", "stage": first["name"], "details": first["details"]}
 
 
+def _worker_init() -> None:
+    """A pool worker: on SIGTERM (the campaign was interrupted) stop its simulator, then exit."""
+    from cosim.build import kill_children_now
+
+    def stop(signum, frame):
+        kill_children_now()  # no locks or waits in a handler: another thread may hold them
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what a Ctrl-C means
+
+
+def _run_one_args(args) -> dict:
+    return _run_one(*args)
+
+
 def _run_one(spec: str, cfg: ChipConfig, build, seed: int, watchdog: int) -> dict:
     from cosim.jobs import JobFailed, run_job
     from firstlight.bringup.plan import STAGE_NAMES
@@ -187,8 +203,12 @@ class CampaignResult:
 
 
 def run_campaign(cfg: ChipConfig, revision: str, sim: str, specs: list[str], *, seed: int = 1,
-                 workers: int | None = None, watchdog: int = 1_000_000, on_result=None, on_build=None) -> CampaignResult:
-    """Build the campaign chip once, check a good run passes, then run every fault."""
+                 workers: int | None = None, watchdog: int = 1_000_000, on_result=None, on_build=None,
+                 on_start=None) -> CampaignResult:
+    """Build the campaign chip once, check a good run passes, then run every fault.
+
+    ``on_start(result)`` receives the result object before the first fault runs: it fills in
+    as faults finish, so a caller interrupted midway still has every verdict so far."""
     from cosim.build import Variant, build_simulator
 
     faults = [parse_fault(s, cfg) for s in specs]  # bad specs fail here, before any build
@@ -199,6 +219,8 @@ def run_campaign(cfg: ChipConfig, revision: str, sim: str, specs: list[str], *, 
         on_build(build)
     result = CampaignResult(cfg.as_dict(), revision, sim, seed, round(time.perf_counter() - t0, 1), 0.0,
                             universe={sp.name: sp.size for sp in universe(cfg)})
+    if on_start:
+        on_start(result)
     good = _run_good(cfg, build, seed, watchdog)
     if good:
         raise RuntimeError(f"the campaign chip fails the checklist with no fault injected: {good}")
@@ -214,13 +236,21 @@ def run_campaign(cfg: ChipConfig, revision: str, sim: str, specs: list[str], *, 
                 on_result(r)
         else:
             to_run.append(f)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_run_one, f.spec, cfg, build, seed, watchdog): f for f in to_run}
-        for fut in as_completed(futures):
-            r = fut.result()
+    import multiprocessing
+
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_worker_init)
+    try:
+        jobs = [(f.spec, cfg, build, seed, watchdog) for f in to_run]
+        for r in pool.imap_unordered(_run_one_args, jobs):
             result.results.append(r)
             if on_result:
                 on_result(r)
+        pool.close()
+    except BaseException:
+        pool.terminate()  # SIGTERM to every worker: each stops its simulator (_worker_init)
+        raise
+    finally:
+        pool.join()
     order = {f.spec: i for i, f in enumerate(faults)}
     result.results.sort(key=lambda r: order[r["fault"]])
     result.wall_s = round(time.perf_counter() - t0, 1)

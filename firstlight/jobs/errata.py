@@ -141,11 +141,13 @@ def expected_cell_pass(cell: dict) -> bool:
 def check_revision(rev: str, sim: str, work_dir=None) -> tuple[dict, str | None]:
     """Every reproducer on ``rev``: ``({id: observation}, error or None)``; partial on a crash."""
     from cosim.build import Variant
-    from cosim.jobs import JobFailed, run_job
+    from cosim.jobs import JobFailed, SimulatorDied, run_job
 
     try:
         res = run_job(errata_check_job, {}, variant=Variant(revision=rev), sim=sim, work_dir=work_dir)
         return res.value["reproducers"], None
+    except SimulatorDied:  # a harness error (exit 3), not a finding about the chip
+        raise
     except JobFailed as exc:
         return {r["id"]: r for r in exc.records if r.get("type") == "reproducer"}, str(exc)
 
@@ -153,12 +155,14 @@ def check_revision(rev: str, sim: str, work_dir=None) -> tuple[dict, str | None]
 def run_matrix(sim: str, seed: int, revisions=None) -> tuple[list[dict], list[str]]:
     """The regression matrix on every revision: ``(cells, problems)``; a cell is a dict record."""
     from cosim.build import Variant
-    from cosim.jobs import JobFailed, run_job
+    from cosim.jobs import JobFailed, SimulatorDied, run_job
 
     cells, problems = [], []
     for rev in revisions or ASSESSED_REVISIONS:
         try:
             recs = run_job(errata_matrix_job, {"seed": seed}, variant=Variant(revision=rev), sim=sim).records
+        except SimulatorDied:
+            raise
         except JobFailed as exc:
             problems.append(f"{rev}: matrix job failed: {exc}")
             recs = exc.records
@@ -173,7 +177,7 @@ def run_matrix(sim: str, seed: int, revisions=None) -> tuple[list[dict], list[st
 def run_scale(sim: str, seed: int) -> tuple[list[dict], list[str]]:
     """Each erratum's at-scale workload on every revision it affects: ``(records, problems)``."""
     from cosim.build import Variant
-    from cosim.jobs import JobFailed, run_job
+    from cosim.jobs import JobFailed, SimulatorDied, run_job
 
     out, problems = [], []
     for rev in ASSESSED_REVISIONS:
@@ -183,6 +187,8 @@ def run_scale(sim: str, seed: int) -> tuple[list[dict], list[str]]:
         try:
             recs = run_job(errata_scale_job, {"ids": ids, "seed": seed}, variant=Variant(revision=rev),
                            sim=sim).records
+        except SimulatorDied:
+            raise
         except JobFailed as exc:
             problems.append(f"{rev}: scale job failed: {exc}")
             recs = exc.records
