@@ -15,7 +15,7 @@ from kernels.layout import int32_to_words, words_to_int32
 from rtl.isa import ReduceOp, matmul, reduce
 from rtl.memories import Region
 
-__all__ = ["locate_pe", "locate_lane"]
+__all__ = ["locate_pe", "locate_lane", "walk_pes", "walk_lanes"]
 
 
 def _force(v: int, bit: int, val: int, width: int) -> int:
@@ -119,3 +119,39 @@ async def locate_lane(dev) -> str | None:
             return f"reduction tree lane {lane} bit {err.bit_length() - 1} stuck at 1"
         return f"reduction tree lane {lane} reads wrong (error {err} on a -1 input)"
     return f"REDUCE probes wrong on lanes {[i for i, r in enumerate(results) if r]} (errors {results}): not one lane"
+
+
+async def walk_pes(dev) -> list[str]:
+    """Every bit of every PE's int8 product and accumulator seen at 1 and at 0: one K = 2 probe
+    whose products are -1 then 0 (every result -1: all 32 bits set, every product bit set in the
+    first step), one whose operands are all 0 (every bit clear). Random data alone leaves a high
+    bit of one PE untested whenever that PE's few results happen to be positive."""
+    cfg = dev.config
+    problems = []
+    ones = np.ones((cfg.rows, 2), np.int64)
+    ones[:, 1] = 0
+    minus = np.zeros((2, cfg.cols), np.int64)
+    minus[0, :] = -1
+    for a, b, what in ((ones, minus, "products -1 then 0"), (ones * 0, minus * 0, "all-zero operands")):
+        got = await _probe_matmul(dev, a, b)
+        ref = a @ b
+        bad = np.argwhere(got != ref)
+        if len(bad):
+            i, j = (int(x) for x in bad[0])
+            problems.append(f"PE walk ({what}): {len(bad)} PE(s) wrong, first PE({i}, {j}): "
+                            f"got 0x{int(got[i, j]) & 0xFFFFFFFF:08x}, expected 0x{int(ref[i, j]) & 0xFFFFFFFF:08x}")
+    return problems
+
+
+async def walk_lanes(dev) -> list[str]:
+    """Every bit of every reduction-tree input lane at 1 and at 0: two-word SUMs (even count: no
+    erratum applies) of all -1 then 0, and of all 0."""
+    lanes = dev.config.lanes
+    problems = []
+    for fill, want in ((-1, -lanes), (0, 0)):
+        w = np.zeros((2, lanes), np.int64)
+        w[0, :] = fill
+        got = await _probe_reduce(dev, w)
+        if got != want:
+            problems.append(f"REDUCE lane walk (word of {fill}s, word of 0s): got {got}, expected {want}")
+    return problems

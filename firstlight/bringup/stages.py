@@ -505,16 +505,18 @@ async def stage_engine_smoke(ctx: Ctx):
         bits, st = await mx_gemm_codes(dev, a, b, sa, sb, fmt, mitigations=mit)
         ref = golden.mx.mx_matmul_bits(a, b, sa, sb, fmt, chunks=st.chunks)
         problems.append(_mismatch(bits, ref, f"{fmt} MATMUL"))
+    problems += await diagnose.walk_pes(dev)
+    problems += await diagnose.walk_lanes(dev)
     problems = [p for p in problems if p]
     if problems:
         where = []
-        if any("MATMUL" in p for p in problems):
+        if any("MATMUL" in p or "PE walk" in p for p in problems):
             where.append(await diagnose.locate_pe(dev, rng))
         if any("REDUCE" in p for p in problems):
             where.append(await diagnose.locate_lane(dev))
         where = [w for w in where if w]
         raise StageFailed("; ".join(where + problems), {"located": where})
-    return ("identity and random MATMUL, SUM/MAX/MIN" + (f", {'/'.join(fp)} MATMUL" if fp else "")
+    return ("PE and lane bit walks, identity and random MATMUL, SUM/MAX/MIN" + (f", {'/'.join(fp)} MATMUL" if fp else "")
             + " bit-exact vs golden"), {"formats": list(cfg.formats)}
 
 
