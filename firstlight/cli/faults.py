@@ -20,6 +20,7 @@ from .common import (
     add_rev_option,
     add_seed_option,
     add_sim_option,
+    FittedTable,
     console,
     err_console,
     positive,
@@ -111,7 +112,7 @@ def cmd_list(args) -> int:
     console.print(t)
     console.print("syntax (--inject):")
     for form, note in FAULT_FORMS:
-        console.print(f"  {escape(form)}  [dim]{escape(note)}[/]", emoji=False)
+        console.print(f"  {escape(form)}\n      [dim]{escape(note)}[/]", emoji=False, soft_wrap=True)
     return EXIT_OK
 
 
@@ -177,23 +178,14 @@ def cmd_campaign(args) -> int:
 
 
 def _print(result) -> None:
-    t = Table(title=f"fault coverage: revision {result.revision}, {result.sim}, seed {result.seed} "
-                    f"(build {result.build_s:.0f} s, wall {result.wall_s:.0f} s)")
-    heads = {"kind": "kind", "universe": "universe", "faults": "run", "redundant": "redund.", "detected": "detected",
-             "misattributed": "misattr.", "undetected": "undet.", "error": "error"}
-    for col in heads.values():
-        t.add_column(col, justify="left" if col == "kind" else "right", no_wrap=col != "kind",
-                     overflow="fold")
-    for kind, row in result.by_kind().items():
-        t.add_row(kind, f"{result.universe.get(kind, 0):,}", str(row["faults"]), str(row["redundant"]),
-                  str(row["detected"]), str(row["misattributed"]), str(row["undetected"]), str(row["error"]))
     tot = result.totals()
-    t.add_row("all", "", str(tot["faults"]), str(tot["redundant"]), f"{tot['detected']} ({result.coverage():.1f}%)",
-              str(tot["misattributed"]), str(tot["undetected"]), str(tot["error"]), style="bold")
-    console.print(t)
-    st = Table(title="first failing stage")
-    st.add_column("stage")
-    st.add_column("faults", justify="right")
-    for stage, n in sorted(result.by_stage().items(), key=lambda kv: -kv[1]):
-        st.add_row(stage, str(n))
-    console.print(st)
+    rows = [[kind, f"{result.universe.get(kind, 0):,}", row["faults"], row["redundant"], row["detected"],
+             row["misattributed"], row["undetected"], row["error"]] for kind, row in result.by_kind().items()]
+    rows.append(["all", "", tot["faults"], tot["redundant"], f"{tot['detected']} ({result.coverage():.1f}%)",
+                 tot["misattributed"], tot["undetected"], tot["error"]])
+    console.print(FittedTable(f"fault coverage: revision {result.revision}, {result.sim}, seed {result.seed} "
+                              f"(build {result.build_s:.0f} s, wall {result.wall_s:.0f} s)",
+                              ["kind", "universe", "run", "redundant", "detected", "misattrib.", "undetected", "error"],
+                              [[str(c) for c in r] for r in rows]))
+    console.print(FittedTable("first failing stage", ["stage", "faults"],
+                              [[stage, str(n)] for stage, n in sorted(result.by_stage().items(), key=lambda kv: -kv[1])]))
