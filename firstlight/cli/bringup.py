@@ -12,6 +12,7 @@ from .common import (
     add_array_option,
     add_formats_option,
     add_rev_option,
+    add_sram_depth_option,
     add_seed_option,
     add_sim_option,
     console,
@@ -63,12 +64,10 @@ def add_parser(subparsers) -> None:
                     help="cycle budget of every wait for the chip (default 1000000); on expiry the stage "
                     "fails with a STATUS/ERR dump")
     add_formats_option(bu)
-    bu.add_argument("--sram-depth", type=positive, default=None, metavar="N",
-                    help="words in every SRAM (power of two; smaller is quicker to test; default 1024)")
+    add_sram_depth_option(bu)
 
 
 def cmd(args) -> int:
-    from dataclasses import replace
 
     from cosim.build import Variant
     from firstlight.bringup.plan import closure
@@ -77,11 +76,6 @@ def cmd(args) -> int:
 
     require_sim(args.sim)
     cfg = variant_from_args(args).config
-    if args.sram_depth:
-        try:
-            cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)
-        except ValueError as e:
-            raise CannotStart(f"--sram-depth: {e}") from None
     try:
         parse_faults(args.inject, cfg)
         if args.only:

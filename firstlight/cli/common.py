@@ -48,6 +48,7 @@ __all__ = [
     "int_at_least",
     "plain",
     "positive",
+    "add_sram_depth_option",
     "require_sim",
     "revision",
     "seed",
@@ -154,7 +155,8 @@ def add_formats_option(p: argparse.ArgumentParser) -> None:
 # ---- helpers ------------------------------------------------------------------------------------
 
 def variant_from_args(args: argparse.Namespace):
-    """The :class:`cosim.build.Variant` named by ``--array``, ``--rev`` and ``--formats``."""
+    """The :class:`cosim.build.Variant` named by ``--array``, ``--rev``, ``--formats`` and, where the
+    command has it, ``--sram-depth``."""
     from dataclasses import replace
 
     from cosim.build import Variant
@@ -166,7 +168,18 @@ def variant_from_args(args: argparse.Namespace):
             cfg = replace(cfg, formats=tuple(args.formats))
         except ValueError as e:
             raise CannotStart(f"--formats: {e}") from None
+    if getattr(args, "sram_depth", None):
+        try:
+            cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)
+        except ValueError as e:
+            raise CannotStart(f"--sram-depth: {e}") from None
     return Variant(config=cfg, revision=args.rev)
+
+
+def add_sram_depth_option(p: argparse.ArgumentParser) -> None:
+    """``--sram-depth N``: every SRAM N words (``variant_from_args`` applies it)."""
+    p.add_argument("--sram-depth", type=positive, default=None, metavar="N",
+                   help="words in every SRAM (power of two; smaller is quicker to test; default 1024)")
 
 
 def require_sim(name: str):

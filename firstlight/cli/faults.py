@@ -5,19 +5,19 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, Interrupted, exit_codes_help
+from firstlight.errors import EXIT_FAIL, EXIT_OK, Interrupted, exit_codes_help
 
 from .common import (
     add_array_option,
     add_formats_option,
     add_rev_option,
+    add_sram_depth_option,
     add_seed_option,
     add_sim_option,
     FittedTable,
@@ -85,18 +85,11 @@ def _chip_options(p) -> None:
     add_rev_option(p, help="revision to build (default A0)")
     add_array_option(p)
     add_formats_option(p)
-    p.add_argument("--sram-depth", type=positive, default=None, metavar="N",
-                   help="words in every SRAM (power of two; default 1024)")
+    add_sram_depth_option(p)
 
 
 def _config(args):
-    cfg = variant_from_args(args).config
-    if args.sram_depth:
-        try:
-            cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)
-        except ValueError as e:
-            raise CannotStart(f"--sram-depth: {e}") from None
-    return cfg
+    return variant_from_args(args).config
 
 
 def cmd_list(args) -> int:
