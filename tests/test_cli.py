@@ -346,3 +346,20 @@ def test_errata_measure_writes_costs_and_page(fake_jobs, monkeypatch, tmp_path, 
     assert (tmp_path / "errata.md").read_text() == workarounds.docs.render(errata_jobs.costs_from(cells, scale))
     captured = capsys.readouterr()
     assert "errata regression matrix" in captured.out and "UNEXPECTED: A0: scale job failed: boom" in captured.err
+
+
+def test_names_are_case_insensitive_and_near_misses_get_a_hint(capsys):
+    """--rev, erratum ids, --errata-policy ids and register names in fault specs (issue 15, item 10)."""
+    from rtl.config import ChipConfig
+    from rtl.faults import parse_fault
+    from workarounds.policy import parse_policy
+
+    assert cli.main(["errata", "list", "--rev", "a0"]) == cli.EXIT_OK
+    assert cli.main(["errata", "show", "fl-me-002"]) == cli.EXIT_OK
+    assert "FL-ME-002" in capsys.readouterr().out
+    assert cli.main(["errata", "show", "FL-ME-02"]) == cli.EXIT_CANNOT_START
+    assert "did you mean FL-ME-002?" in capsys.readouterr().err
+    assert cli.main(["errata", "list", "--rev", "b00"]) == cli.EXIT_CANNOT_START
+    assert "did you mean B0?" in capsys.readouterr().err
+    assert parse_policy(["fl-me-002=OFF"]) == {"FL-ME-002": "off"}
+    assert parse_fault("csr:scratch:stuck0:bit=1", ChipConfig()).spec == "csr:SCRATCH:stuck0:bit=1"

@@ -32,7 +32,7 @@ def parse_policy(items: list[str] | dict[str, str] | None) -> dict[str, str]:
             if "=" not in item:
                 raise ValueError(f"errata policy {item!r} must look like ID=auto|on|off (e.g. FL-ME-001=off)")
             k, v = item.split("=", 1)
-            parsed.append((k.strip(), v.strip()))
+            parsed.append((k.strip().upper(), v.strip().lower()))  # ids and values case-insensitive
         pairs = parsed
     out = {}
     for k, v in pairs:

@@ -201,7 +201,12 @@ BY_ID: dict[str, Erratum] = {e.id: e for e in ERRATA}
 
 
 def erratum(err_id: str) -> Erratum:
+    """Look an erratum up by id, case-insensitive (fl-me-002 is FL-ME-002)."""
     try:
-        return BY_ID[err_id]
-    except KeyError:
-        raise KeyError(f"unknown erratum {err_id!r}; known: {', '.join(BY_ID)}") from None
+        return BY_ID[err_id.strip().upper()]
+    except (KeyError, AttributeError):
+        import difflib
+
+        close = difflib.get_close_matches(str(err_id).upper(), list(BY_ID), n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise KeyError(f"unknown erratum {err_id!r}{hint}; known: {', '.join(BY_ID)}") from None

@@ -108,9 +108,19 @@ def revision(text: str) -> str:
     """A silicon revision name known to :data:`rtl.revisions.REVISIONS`."""
     from rtl.revisions import REVISIONS
 
-    if text not in REVISIONS:
-        raise argparse.ArgumentTypeError(f"unknown revision {text!r}; known revisions: {', '.join(REVISIONS)}")
-    return text
+    name = text.strip().upper()  # a0 is A0
+    if name not in REVISIONS:
+        raise argparse.ArgumentTypeError(f"unknown revision {text!r}{did_you_mean(name, REVISIONS)}; known "
+                                         f"revisions: {', '.join(REVISIONS)}")
+    return name
+
+
+def did_you_mean(word: str, known) -> str:
+    """``; did you mean X?`` for the closest known name, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.5)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 # ---- option groups ------------------------------------------------------------------------------
