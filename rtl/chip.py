@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from .cmdproc import CommandProcessor
 from .config import ChipConfig, log2
-from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, REGISTERS, WINDOW_DATA, Register
+from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, REG_INDEX, WINDOW_DATA, Register
 from .engine import MatrixEngine
 from .faults import FAULT_BITS, FAULT_LAYOUT, PINS, FaultKind, parse_faults
 from .saboteurs import SramSaboteur, active, stuck_value
@@ -27,8 +27,6 @@ from .revisions import Defect
 from .revisions import revision as lookup_revision
 
 __all__ = ["Chip"]
-
-REG_INDEX = {r.name: i for i, r in enumerate(REGISTERS)}
 
 
 assert MEM["CMDQ"].width(ChipConfig()) == COMMAND_BITS, "the command ring holds one command per entry"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Access", "Field", "Register", "REGISTERS", "REG", "ID_MAGIC", "PERF_COUNTERS", "CSR_ADDR_BITS",
+__all__ = ["Access", "Field", "Register", "REGISTERS", "REG", "REG_INDEX", "ID_MAGIC", "PERF_COUNTERS", "CSR_ADDR_BITS",
            "register"]
 
 ID_MAGIC = 0x464C4954  # "FLIT"
@@ -141,6 +141,7 @@ for _i, _name in enumerate(PERF_COUNTERS):
 
 REGISTERS: tuple[Register, ...] = tuple(_regs)
 REG: dict[str, Register] = {r.name: r for r in REGISTERS}
+REG_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(REGISTERS)}  # a fault descriptor's target
 assert len({r.addr for r in REGISTERS}) == len(REGISTERS), "duplicate CSR address"
 assert all(r.addr < (1 << CSR_ADDR_BITS) for r in REGISTERS), "CSR address beyond the bus"
 WINDOW_DATA = ("MEM_DATA", "MEM_DATA_KEEP", "MEM_DATA_DEC")  # the window's data ports, in REG

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from amaranth.lib import data, enum
 
 from .config import ChipConfig
-from .csr_map import REG, REGISTERS
+from .csr_map import REG, REG_INDEX, REGISTERS
 from .memories import MEM, MEMORIES
 
 __all__ = ["FaultKind", "Fault", "FAULT_LAYOUT", "FAULT_BITS", "FAULT_FORMS", "FAULT_SYNTAX", "parse_fault", "redundant", "constant_bits",
@@ -95,7 +95,6 @@ FAULT_FORMS: tuple[tuple[str, str], ...] = (
     ("pin:<idle|irq>:<stuck0|stuck1>", "an output pin stuck"),
 )
 FAULT_SYNTAX = ", ".join(f for f, _ in FAULT_FORMS)
-_REG_INDEX = {r.name: i for i, r in enumerate(REGISTERS)}
 _MEM_INDEX = {m.name: i for i, m in enumerate(MEMORIES)}
 
 
@@ -234,7 +233,7 @@ def parse_fault(spec: str, config: ChipConfig) -> Fault:
             raise ValueError(f"fault {spec!r}: unknown register {parts[1]!r}; registers: {', '.join(REG)}")
         b = _num(spec, "bit", _kv(spec, parts[3:], ("bit",))["bit"], 32, "registers have bits")
         how = parts[2].lower()
-        return Fault(f"csr:{name}:{how}:bit={b}", FaultKind.CSR_STUCK, _REG_INDEX[name], bit=b, value=_STUCK[how])
+        return Fault(f"csr:{name}:{how}:bit={b}", FaultKind.CSR_STUCK, REG_INDEX[name], bit=b, value=_STUCK[how])
     if kind == "pe":
         m = re.fullmatch(r"(\d+),(\d+)", parts[1]) if len(parts) == 5 else None
         if not m or parts[2].lower() not in ("product", "acc") or parts[3].lower() not in _STUCK:
@@ -369,7 +368,6 @@ def constant_bits(register: str, cfg: ChipConfig) -> dict[int, int]:
     value changes nothing: it is redundant, and no test can see it."""
     from .csr_map import ID_MAGIC, WINDOW_DATA
     from .isa import ErrCode
-    from .revisions import REVISIONS  # noqa: F401 - REV's value comes with the build, below
 
     reg = REG[register]
     out: dict[int, int] = {}

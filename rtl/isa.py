@@ -18,7 +18,7 @@ from amaranth.lib import data
 __all__ = [
     "COMMAND_LAYOUT", "COMMAND_BITS", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
     "Opcode", "ReduceOp", "ErrCode", "Format",
-    "pack_command", "unpack_command", "decode", "opcode_of",
+    "pack_command", "unpack_command", "decode", "opcode_of", "with_opcode", "field_of_bit",
     "matmul", "reduce", "fence", "nop",
 ]
 
@@ -148,6 +148,22 @@ def _unpack(layout, word: int) -> dict:
         bits = (word >> field.offset) & ((1 << field.width) - 1)
         out[name] = _unpack(field.shape, bits) if isinstance(field.shape, data.Layout) else bits
     return out
+
+
+def with_opcode(pattern: int, opcode: int) -> int:
+    """A raw 128-bit command: ``pattern`` with its opcode field replaced (for deliberately bad
+    commands that exercise every other bit)."""
+    off, width = _FIELDS["opcode"]
+    mask = ((1 << width) - 1) << off
+    return (pattern & ~mask & ((1 << COMMAND_BITS) - 1)) | (int(opcode) << off)
+
+
+def field_of_bit(bit: int) -> str:
+    """The top-level command field that holds ``bit`` (``"arg2"``, ``"tag"``, ...)."""
+    for name, f in COMMAND_LAYOUT:
+        if f.offset <= bit < f.offset + f.width:
+            return name
+    raise ValueError(f"bit {bit} is outside the {COMMAND_BITS}-bit command")
 
 
 def unpack_command(cmd: int) -> dict[str, int]:

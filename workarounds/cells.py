@@ -12,8 +12,15 @@ from dataclasses import dataclass
 __all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "Cell", "CELL_TYPES", "describe"]
 
 
+class _MNK:
+    """Cells of an ``m x n x k`` GEMM name their shape the same way."""
+
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
 @dataclass(frozen=True)
-class GemmCell:
+class GemmCell(_MNK):
     """int8 GEMM (kernels.gemm) of ``m x n x k``; ``k_chunk`` caps the K steps per MATMUL."""
 
     m: int
@@ -22,21 +29,15 @@ class GemmCell:
     k_chunk: int | None = None
     kernel = "gemm"
 
-    def shape(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}"
-
 
 @dataclass(frozen=True)
-class GemmSumCell:
+class GemmSumCell(_MNK):
     """Fused GEMM + global SUM (kernels.fused.gemm_sum)."""
 
     m: int
     n: int
     k: int
     kernel = "gemm_sum"
-
-    def shape(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}"
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class ReduceCell:
 
 
 @dataclass(frozen=True)
-class LowpCell:
+class LowpCell(_MNK):
     """Low-precision GEMM (kernels.lowp.gemm_lowp) with a quantization recipe on a distribution."""
 
     recipe: str
@@ -63,9 +64,6 @@ class LowpCell:
     n: int
     k: int
     kernel = "lowp"
-
-    def shape(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}"
 
 
 Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell

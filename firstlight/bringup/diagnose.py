@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.layout import int32_to_words, words_to_int32
+from kernels.layout import int32_to_words, pack_a_panels, pack_b_panels, words_to_int32
 from rtl.isa import ReduceOp, matmul, reduce
 from rtl.memories import Region
 
@@ -45,8 +45,8 @@ def _pe_model(a_col: np.ndarray, b_row: np.ndarray, where: str | None, bit: int,
 async def _probe_matmul(dev, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     cfg = dev.config
     k = a.shape[1]
-    dev.load_words(Region.A, 0, [int.from_bytes(a[:, s].astype(np.int8).tobytes(), "little") for s in range(k)])
-    dev.load_words(Region.B, 0, [int.from_bytes(b[s, :].astype(np.int8).tobytes(), "little") for s in range(k)])
+    dev.load_words(Region.A, 0, [int(w) for w in pack_a_panels(a.astype(np.int8), cfg.rows)[0]])
+    dev.load_words(Region.B, 0, [int(w) for w in pack_b_panels(b.astype(np.int8), cfg.cols)[0]])
     with dev.submit_filter_suspended():
         await dev.run([matmul(a=0, b=0, c=0, k=k)])
     words = dev.read_words(Region.ACC, 0, cfg.rows)

@@ -23,7 +23,7 @@ from rtl.config import ChipConfig
 from rtl.csr_map import ID_MAGIC, REG, REGISTERS, WINDOW_DATA
 from cosim.device import DeviceError, DeviceTimeout
 from cosim.testbench import BusTimeout
-from rtl.isa import ErrCode, ReduceOp, fence, matmul, nop, pack_command, reduce
+from rtl.isa import ErrCode, ReduceOp, fence, field_of_bit, matmul, nop, pack_command, reduce, with_opcode
 from rtl.memories import MEMORIES
 from rtl.revisions import BY_CODE, REVISIONS
 from workarounds.check import compare
@@ -291,23 +291,6 @@ async def stage_memories(ctx: Ctx):
 _PATTERN = 0x0123456789ABCDEF_FEDCBA9876543210
 
 
-def _bad_command(opcode: int, pattern: int) -> int:
-    from rtl.isa import COMMAND_LAYOUT
-
-    off, width = COMMAND_LAYOUT["opcode"].offset, COMMAND_LAYOUT["opcode"].width
-    mask = ((1 << width) - 1) << off
-    return (pattern & ~mask & (2**128 - 1)) | (opcode << off)
-
-
-def _command_field(bit: int) -> str:
-    from rtl.isa import COMMAND_LAYOUT
-
-    for name, f in COMMAND_LAYOUT:
-        if f.offset <= bit < f.offset + f.width:
-            return name
-    return "?"
-
-
 async def _expect_error(dev, commands, code: ErrCode, problems: list, what: str) -> None:
     await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
     await dev.run(commands)
@@ -334,7 +317,7 @@ async def stage_command_path(ctx: Ctx):
         problems.append(f"NOP, FENCE, NOP left DONE_COUNT = {d1}, expected 3")
     # the faulting command, twice with complementary bits; ERR, ERR_CMD, ERR_COUNT absolute
     for opcode, pattern in ((0x5A, _PATTERN), (0xA5, ~_PATTERN)):
-        bad = _bad_command(opcode, pattern)
+        bad = with_opcode(pattern, opcode)
         await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
         await dev.run([bad, nop()])
         err = await dev.read_csr("ERR")
@@ -347,7 +330,7 @@ async def stage_command_path(ctx: Ctx):
             diff = seen ^ bad
             bits = [b for b in range(128) if diff >> b & 1]
             if len(bits) <= 2:
-                problems += [f"command bit {b} ({_command_field(b)}) reads {seen >> b & 1} in ERR_CMD{b // 32}: "
+                problems += [f"command bit {b} ({field_of_bit(b)}) reads {seen >> b & 1} in ERR_CMD{b // 32}: "
                              f"stuck at {seen >> b & 1} between the ring and the executor (the command FIFO or "
                              f"the ring's fetch port), or ERR_CMD{b // 32} bit {b % 32} stuck" for b in bits]
             else:

@@ -41,7 +41,7 @@ reproduces it), error when the harness could not tell.
 
 examples:
   firstlight faults list                                   the fault universe, kind by kind
-  firstlight faults campaign --sample 40 --formats int8 --sram-depth 64     a quick one
+  firstlight faults campaign --sample 120 --formats int8 --sram-depth 64    a quick one (~3 min)
   firstlight faults campaign --sample 500 --seed 7 --report out/campaign  the default chip
 
 """

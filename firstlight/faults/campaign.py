@@ -128,9 +128,17 @@ def _run_one_args(args) -> dict:
     return _run_one(*args)
 
 
+def _checklist(build, seed: int, watchdog: int, fault_code: int) -> dict:
+    """The bring-up job's arguments for one campaign run: every stage, the fault on the port,
+    and (for a faulty chip) a stop at the first failing stage; the good run walks them all."""
+    from firstlight.bringup.plan import STAGE_NAMES
+
+    return {"selected": list(STAGE_NAMES), "seed": seed, "faults": [], "built_revision": build.variant.revision,
+            "watchdog_cycles": watchdog, "fault_code": fault_code, "stop_at_first_failure": bool(fault_code)}
+
+
 def _run_one(spec: str, cfg: ChipConfig, build, seed: int, watchdog: int) -> dict:
     from cosim.jobs import JobFailed, run_job
-    from firstlight.bringup.plan import STAGE_NAMES
     from firstlight.bringup.stages import bringup_job
 
     fault = parse_fault(spec, cfg)
@@ -138,10 +146,8 @@ def _run_one(spec: str, cfg: ChipConfig, build, seed: int, watchdog: int) -> dic
     with tempfile.TemporaryDirectory(prefix="firstlight-campaign-") as tmp:
         err = None
         try:
-            res = run_job(bringup_job, {"selected": list(STAGE_NAMES), "seed": seed, "faults": [],
-                                        "built_revision": build.variant.revision, "watchdog_cycles": watchdog,
-                                        "fault_code": fault.encode(), "stop_at_first_failure": True},
-                          variant=build.variant, sim=build.sim, work_dir=Path(tmp), discover=False, build=build)
+            res = run_job(bringup_job, _checklist(build, seed, watchdog, fault.encode()), variant=build.variant,
+                          sim=build.sim, work_dir=Path(tmp), discover=False, build=build)
             records = res.records
         except JobFailed as e:
             records, err = e.records, f"{e}"
@@ -266,13 +272,11 @@ def _revision_code(name: str) -> int:
 def _run_good(cfg, build, seed, watchdog) -> str | None:
     """None if the campaign build with fault_sel = 0 passes every stage, else what failed."""
     from cosim.jobs import run_job
-    from firstlight.bringup.plan import STAGE_NAMES
     from firstlight.bringup.stages import bringup_job
 
     with tempfile.TemporaryDirectory(prefix="firstlight-campaign-") as tmp:
-        res = run_job(bringup_job, {"selected": list(STAGE_NAMES), "seed": seed, "faults": [],
-                                    "built_revision": build.variant.revision, "watchdog_cycles": watchdog},
-                      variant=build.variant, sim=build.sim, work_dir=Path(tmp), discover=False, build=build)
+        res = run_job(bringup_job, _checklist(build, seed, watchdog, 0), variant=build.variant, sim=build.sim,
+                      work_dir=Path(tmp), discover=False, build=build)
     bad = [f"{r['name']}: {r['details']}" for r in res.records if r.get("type") == "stage" and r["status"] != "passed"]
     return "; ".join(bad) or None
 

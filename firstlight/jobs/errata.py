@@ -138,34 +138,38 @@ def expected_cell_pass(cell: dict) -> bool:
     return not (cell["revision"] in erratum(cell["id"]).affected and cell["policy"] == "off")
 
 
-def check_revision(rev: str, sim: str, work_dir=None) -> tuple[dict, str | None]:
-    """Every reproducer on ``rev``: ``({id: observation}, error or None)``; partial on a crash."""
+def _records(fn, kwargs: dict, rev: str, sim: str, work_dir=None):
+    """Run a job on revision ``rev``: ``(result or None, records, error or None)``.
+
+    A job that failed keeps the records it wrote and says why; a simulator that died is a
+    harness error (exit 3), not a finding about the chip, and goes on up."""
     from cosim.build import Variant
     from cosim.jobs import JobFailed, SimulatorDied, run_job
 
     try:
-        res = run_job(errata_check_job, {}, variant=Variant(revision=rev), sim=sim, work_dir=work_dir)
-        return res.value["reproducers"], None
-    except SimulatorDied:  # a harness error (exit 3), not a finding about the chip
+        res = run_job(fn, kwargs, variant=Variant(revision=rev), sim=sim, work_dir=work_dir)
+        return res, res.records, None
+    except SimulatorDied:
         raise
     except JobFailed as exc:
-        return {r["id"]: r for r in exc.records if r.get("type") == "reproducer"}, str(exc)
+        return None, exc.records, str(exc)
+
+
+def check_revision(rev: str, sim: str, work_dir=None) -> tuple[dict, str | None]:
+    """Every reproducer on ``rev``: ``({id: observation}, error or None)``; partial on a crash."""
+    res, records, err = _records(errata_check_job, {}, rev, sim, work_dir)
+    if res is not None:
+        return res.value["reproducers"], None
+    return {r["id"]: r for r in records if r.get("type") == "reproducer"}, err
 
 
 def run_matrix(sim: str, seed: int, revisions=None) -> tuple[list[dict], list[str]]:
     """The regression matrix on every revision: ``(cells, problems)``; a cell is a dict record."""
-    from cosim.build import Variant
-    from cosim.jobs import JobFailed, SimulatorDied, run_job
-
     cells, problems = [], []
     for rev in revisions or ASSESSED_REVISIONS:
-        try:
-            recs = run_job(errata_matrix_job, {"seed": seed}, variant=Variant(revision=rev), sim=sim).records
-        except SimulatorDied:
-            raise
-        except JobFailed as exc:
-            problems.append(f"{rev}: matrix job failed: {exc}")
-            recs = exc.records
+        _, recs, err = _records(errata_matrix_job, {"seed": seed}, rev, sim)
+        if err:
+            problems.append(f"{rev}: matrix job failed: {err}")
         cells += [r for r in recs if r.get("type") == "cell"]
     for c in cells:
         if c["passed"] != expected_cell_pass(c):
@@ -176,22 +180,14 @@ def run_matrix(sim: str, seed: int, revisions=None) -> tuple[list[dict], list[st
 
 def run_scale(sim: str, seed: int) -> tuple[list[dict], list[str]]:
     """Each erratum's at-scale workload on every revision it affects: ``(records, problems)``."""
-    from cosim.build import Variant
-    from cosim.jobs import JobFailed, SimulatorDied, run_job
-
     out, problems = [], []
     for rev in ASSESSED_REVISIONS:
         ids = [e.id for e in ERRATA if rev in e.affected and e.scale]
         if not ids:
             continue
-        try:
-            recs = run_job(errata_scale_job, {"ids": ids, "seed": seed}, variant=Variant(revision=rev),
-                           sim=sim).records
-        except SimulatorDied:
-            raise
-        except JobFailed as exc:
-            problems.append(f"{rev}: scale job failed: {exc}")
-            recs = exc.records
+        _, recs, err = _records(errata_scale_job, {"ids": ids, "seed": seed}, rev, sim)
+        if err:
+            problems.append(f"{rev}: scale job failed: {err}")
         out += [r for r in recs if r.get("type") == "scale"]
     return out, problems
 
