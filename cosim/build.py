@@ -41,6 +41,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 from rtl.faults import FAULT_BITS
 
@@ -53,6 +54,7 @@ __all__ = ["Variant", "Build", "cache_root", "generate_verilog", "build_simulato
 _log = logging.getLogger("firstlight.build")
 TB_TOPLEVEL = "fl_tb"
 CHIP_MODULE = "fl_chip"
+DRAM_MODULE = "fl_dram"
 _HDL_DIR = Path(__file__).resolve().parent / "hdl"
 _RTL_DIR = Path(__file__).resolve().parent.parent / "rtl"
 # Part of the simulator cache key: entries made before sizes and hashes were recorded are not
@@ -234,9 +236,20 @@ class Variant:
     # A fault-campaign build: the chip takes a fault descriptor on a port that the testbench sets
     # once before reset (rtl/faults.py), so one build serves every fault of a campaign.
     fault_port: bool = False
+    # The board's DRAM (size, bus width, latency, bandwidth): the chip's DMA is built against it.
+    board: BoardConfig = field(default_factory=BoardConfig)
+    # The AXI port on the testbench's ports instead of the DRAM (tests/test_axi_ram.py).
+    external_axi: bool = False
+
+    @property
+    def resolved_board(self) -> BoardConfig:
+        return self.board.resolve(self.config)
 
     def describe(self) -> dict:
-        d = {"config": self.config.as_dict(), "revision": self.revision, "faults": list(self.faults)}
+        d = {"config": self.config.as_dict(), "revision": self.revision, "faults": list(self.faults),
+             "board": self.resolved_board.as_dict()}
+        if self.external_axi:
+            d["external_axi"] = True
         if self.fault_port:  # only when set, so the keys of existing builds stay as they were
             d["fault_port"] = True
         return d
@@ -320,10 +333,35 @@ def verilog_key(variant: Variant, rtl_dir: Path | None = None) -> str:
 
 
 def elaborate(variant: Variant):
-    """Build the Amaranth top for a variant (the one place that knows how)."""
+    """Build the Amaranth chip for a variant (the one place that knows how)."""
     from rtl.chip import Chip
 
-    return Chip(variant.config, revision=variant.revision, faults=variant.faults, fault_port=variant.fault_port)
+    return Chip(variant.config, revision=variant.revision, faults=variant.faults, fault_port=variant.fault_port,
+                board=variant.board)
+
+
+def elaborate_dram(variant: Variant):
+    """The board's DRAM model for a variant."""
+    from rtl.dram import Dram
+
+    return Dram(variant.resolved_board)
+
+
+def _compact_dram_init(text: str) -> str:
+    """Amaranth writes one initial assignment per DRAM word (a million lines for 4 MiB, which
+    Verilator compiles for minutes); one loop that zeroes the array does the same."""
+    import re
+
+    from rtl.dram import DRAM_INSTANCE
+
+    pat = re.compile(r"  initial begin\n(?:    " + DRAM_INSTANCE + r"\[\d+\] = [^;]+;\n)+  end\n")
+    m = pat.search(text)
+    if m is None:
+        raise BuildFailed(f"the generated DRAM has no initial block for {DRAM_INSTANCE} to compact (Amaranth's output changed?)")
+    depth = m.group(0).count("\n") - 2
+    loop = (f"  integer fl_init_i;\n  initial begin\n    for (fl_init_i = 0; fl_init_i < {depth}; fl_init_i = fl_init_i + 1)\n"
+            f"      {DRAM_INSTANCE}[fl_init_i] = 0;\n  end\n")
+    return text[:m.start()] + loop + text[m.end():]
 
 
 def _verilog_problem(out: Path) -> str | None:
@@ -360,6 +398,8 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tupl
         t0 = time.perf_counter()
         try:
             text = verilog.convert(elaborate(variant), name=CHIP_MODULE, emit_src=False)
+            if not variant.external_axi:
+                text += _compact_dram_init(verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False))
         except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
             raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
         tmp = out.with_suffix(".tmp")
@@ -372,11 +412,13 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tupl
 def control_file_text() -> str:
     """Verilator control file: expose to VPI only what the testbench touches (instead of
     --public-flat-rw): the wrapper's signals and every SRAM the backdoor opens."""
+    from rtl.dram import DRAM_INSTANCE
     from rtl.memories import MEMORIES
 
     lines = ["`verilator_config"]
     for mem in MEMORIES:
         lines.append(f'public_flat_rw -module "{CHIP_MODULE}" -var "{mem.backdoor}"')
+    lines.append(f'public_flat_rw -module "{DRAM_MODULE}" -var "{DRAM_INSTANCE}"')
     lines.append(f'public_flat_rw -module "{TB_TOPLEVEL}" -var "*"')
     return "\n".join(lines) + "\n"
 
@@ -492,7 +534,9 @@ def _compile(variant: Variant, sim: str, clock: str, waves: bool, info: SimInfo,
             build_args=args,
             defines={**({"FL_GPI_CLOCK": 1} if clock == "gpi" else {}),
                      **({"FL_DUMP": 1} if waves and sim == "icarus" else {}),
-                     **({"FL_FAULT_PORT": FAULT_BITS} if variant.fault_port else {})},
+                     **({"FL_FAULT_PORT": FAULT_BITS} if variant.fault_port else {}),
+                     **({"FL_EXT_AXI": 1} if variant.external_axi else {}),
+                     "FL_BUS_BITS": variant.resolved_board.bus_bits},
             timescale=("1ns", "1ps"),
             waves=waves and sim == "verilator",
             log_file=log,

@@ -15,12 +15,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Protocol, Sequence
 
+import numpy as np
+
+from rtl.board import BoardConfig
 from rtl.config import ChipConfig
-from rtl.csr_map import ID_MAGIC, PERF_COUNTERS, REG, register
+from rtl.csr_map import ID_MAGIC, PERF_COUNTERS, REG, SEMAPHORES, UNITS_THAT_WAIT, register
+from rtl.dram import DRAM_INSTANCE
 from rtl.isa import ErrCode, Opcode, unpack_command
 from rtl.memories import MEMORIES, Region, memory
 from rtl.revisions import revision_name
 
+from .buffers import Buffer, DramAllocator
 from .testbench import Testbench
 
 __all__ = ["Device", "KernelDevice", "SubmitFilter", "DeviceTimeout", "DeviceError", "PerfSnapshot"]
@@ -77,6 +82,23 @@ class KernelDevice(Protocol):
     def read_words(self, region: int, start: int, count: int) -> list[int]: ...
     async def submit(self, commands: Sequence[int], budget_cycles: int | None = None) -> None: ...
     async def wait_idle(self, budget_cycles: int | None = None) -> None: ...
+    @staticmethod
+    def describe_waits(regs: dict) -> str:
+        """'dma_in waits on semaphore 3 (count 0); ...' from a dump's WAITS and SEM registers."""
+        waits = regs.get("WAITS")
+        if not isinstance(waits, int):
+            return ""
+        parts = []
+        for u in UNITS_THAT_WAIT:
+            if REG["WAITS"].field(f"{u}_wait").get(waits):
+                sem = REG["WAITS"].field(f"{u}_sem").get(waits)
+                pair = regs.get(f"SEM{sem // 2 * 2}{sem // 2 * 2 + 1}")
+                count = (pair >> (16 * (sem % 2))) & 0xFFFF if isinstance(pair, int) else "?"
+                who = {"exec": "the command stream (its head command)", "dma_in": "the DMA load queue",
+                       "dma_out": "the DMA store queue"}[u]
+                parts.append(f"{who} waits on semaphore {sem} (count {count})")
+        return "; ".join(parts)
+
     async def check_no_error(self) -> None: ...
 
 
@@ -127,6 +149,13 @@ class _Backdoor:
         return out
 
 
+def _beats_of(raw: np.ndarray, bb: int) -> list[int]:
+    """Little-endian ``bb``-byte beats of a byte array, as ints."""
+    if bb in (2, 4, 8):
+        return raw.view(f"<u{bb}").tolist()
+    return [int.from_bytes(raw[i:i + bb].tobytes(), "little") for i in range(0, len(raw), bb)]
+
+
 class Device:
     """An opened chip. Use ``dev = await Device.open(tb)``.
 
@@ -149,6 +178,9 @@ class Device:
         self._tail = 0
         self.history: deque[tuple[int, dict]] = deque(maxlen=self.HISTORY)
         self.config: ChipConfig | None = None
+        self.board: BoardConfig | None = None  # the DRAM, from DRAM0/DRAM1
+        self.dram: DramAllocator | None = None
+        self._dram_mem: _Backdoor | None = None
         self._rev_code = 0
         self._mems: dict[int, _Backdoor] = {}
         # One filter every submitted stream goes through, installed by software that knows the
@@ -159,20 +191,20 @@ class Device:
 
     @classmethod
     async def open(cls, tb: Testbench, reset: bool = True, discover: bool = True,
-                   config: ChipConfig | None = None) -> "Device":
+                   config: ChipConfig | None = None, board: BoardConfig | None = None) -> "Device":
         """Reset (optionally) and open the chip.
 
         With ``discover`` the ID, REV and CAPS registers are read and checked (the normal path).
         Without it (bring-up, where those registers are under test) the caller passes the
-        ``config`` the chip was built with and runs its own identity checks.
+        ``config`` and ``board`` the chip was built with and runs its own identity checks.
         """
         dev = cls(tb)
         if reset:
             await dev._timed(tb.reset())
         if not discover:
-            if config is None:
-                raise ValueError("open(discover=False) needs the config the chip was built with")
-            dev.config = config
+            if config is None or board is None:
+                raise ValueError("open(discover=False) needs the config and the board the chip was built with")
+            dev.config, dev.board = config, board
             dev._attach_memories()
             return dev
         ident = await dev.read_csr("ID")
@@ -180,6 +212,7 @@ class Device:
             raise DeviceError(f"ID register reads 0x{ident:08x}, expected 0x{ID_MAGIC:08x}: not a firstlight chip or the bus is broken")
         await dev.read_revision()
         dev.config = ChipConfig.from_caps(await dev.read_csr("CAPS0"), await dev.read_csr("CAPS1"))
+        dev.board = BoardConfig.from_regs(await dev.read_csr("DRAM0"), await dev.read_csr("DRAM1"))
         dev._attach_memories()
         dev._tail = await dev.read_csr("CMDQ_TAIL")
         return dev
@@ -187,6 +220,49 @@ class Device:
     def _attach_memories(self) -> None:
         chip, cfg = self.tb.chip, self.config
         self._mems = {m.region: _Backdoor(getattr(chip, m.backdoor), m.width(cfg), m.depth(cfg)) for m in MEMORIES}
+        b = self.board
+        self.dram = DramAllocator(b.dram_bytes, b.bus_bytes)
+        dram = getattr(self.tb.dut, "dram", None)  # absent when cocotb serves the AXI port itself
+        self._dram_mem = None if dram is None else _Backdoor(getattr(dram, DRAM_INSTANCE), b.bus_bits, b.words)
+
+    # ---- DRAM: host memory, through the backdoor ------------------------------------------
+    def _dram_range(self, addr: int, nbytes: int) -> None:
+        if self._dram_mem is None:
+            raise DeviceError("this build has no DRAM model on the board (its AXI port is served by the testbench)")
+        bb = self.board.bus_bytes
+        if addr < 0 or addr % bb or nbytes % bb or addr + nbytes > self.board.dram_bytes:
+            raise IndexError(f"DRAM bytes [{addr:#x}, {addr + nbytes:#x}) are not whole {bb}-byte beats inside the "
+                             f"{self.board.dram_bytes:,}-byte DRAM")
+
+    def dram_write(self, addr: int | Buffer, data) -> int:
+        """Write bytes (``bytes`` or any numpy array, as its raw little-endian bytes) into DRAM
+        at byte ``addr`` (or a :class:`Buffer`'s start); returns the byte count. Only while the
+        chip is idle, like every backdoor access."""
+        addr = addr.addr if isinstance(addr, Buffer) else addr
+        raw = np.frombuffer(data.tobytes() if isinstance(data, np.ndarray) else bytes(data), np.uint8)
+        bb = self.board.bus_bytes
+        pad = (-len(raw)) % bb
+        if pad:
+            raw = np.concatenate([raw, np.zeros(pad, np.uint8)])
+        self._dram_range(addr, len(raw))
+        words = _beats_of(raw, bb)
+        self._dram_mem.write(addr // bb, words)
+        return len(raw) - pad
+
+    def dram_read(self, addr: int | Buffer, nbytes: int | None = None) -> np.ndarray:
+        """Read ``nbytes`` of DRAM (default: the whole buffer) as a uint8 array."""
+        if isinstance(addr, Buffer):
+            nbytes = addr.nbytes if nbytes is None else nbytes
+            addr = addr.addr
+        bb = self.board.bus_bytes
+        whole = -(-nbytes // bb) * bb
+        self._dram_range(addr, whole)
+        words = self._dram_mem.read(addr // bb, whole // bb)
+        if bb <= 8:
+            out = np.array(words, dtype=np.uint64).astype(f"<u{bb}" if bb in (2, 4, 8) else np.uint64).view(np.uint8)
+        else:
+            out = np.frombuffer(b"".join(int(w).to_bytes(bb, "little") for w in words), np.uint8)
+        return out[:nbytes].copy()
 
     @property
     def revision(self) -> str:
@@ -363,13 +439,16 @@ class Device:
             self._chip_idle()
         else:
             dump = await self.dump_state()
+            waits = self.describe_waits(dump["registers"])
             raise DeviceTimeout(
-                f"watchdog: the chip did not go idle within {budget} cycles\n" + self.format_dump(dump), dump
+                f"watchdog: the chip did not go idle within {budget} cycles"
+                + (f"; when it expired {waits}" if waits else "") + "\n" + self.format_dump(dump), dump
             )
 
     async def dump_state(self) -> dict:
         names = ["STATUS", "ERR", "ERR_CMD0", "ERR_CMD1", "ERR_CMD2", "ERR_CMD3", "ERR_COUNT",
-                 "DONE_COUNT", "CMDQ_HEAD", "CMDQ_TAIL"]
+                 "DONE_COUNT", "CMDQ_HEAD", "CMDQ_TAIL", "WAITS",
+                 *[f"SEM{2 * i}{2 * i + 1}" for i in range(SEMAPHORES // 2)]]
         regs = {}
         for n in names:
             try:
@@ -392,6 +471,8 @@ class Device:
                         extra = f"  ({ErrCode(v).name})"
                     except ValueError:
                         extra = "  (unknown code)"
+                elif n == "WAITS":
+                    extra = "  " + (Device.describe_waits(regs) or "no unit waits on a semaphore")
                 lines.append(f"  {n:<11} = 0x{v:08x}{extra}")
             else:
                 lines.append(f"  {n:<11} = {v}")
@@ -403,6 +484,23 @@ class Device:
                 op = f"0x{f['opcode']:02x}"
             lines.append(f"    {op:<7} " + " ".join(f"{k}={v}" for k, v in f.items() if k != "opcode"))
         return "\n".join(lines)
+
+    @staticmethod
+    def describe_waits(regs: dict) -> str:
+        """'dma_in waits on semaphore 3 (count 0); ...' from a dump's WAITS and SEM registers."""
+        waits = regs.get("WAITS")
+        if not isinstance(waits, int):
+            return ""
+        parts = []
+        for u in UNITS_THAT_WAIT:
+            if REG["WAITS"].field(f"{u}_wait").get(waits):
+                sem = REG["WAITS"].field(f"{u}_sem").get(waits)
+                pair = regs.get(f"SEM{sem // 2 * 2}{sem // 2 * 2 + 1}")
+                count = (pair >> (16 * (sem % 2))) & 0xFFFF if isinstance(pair, int) else "?"
+                who = {"exec": "the command stream (its head command)", "dma_in": "the DMA load queue",
+                       "dma_out": "the DMA store queue"}[u]
+                parts.append(f"{who} waits on semaphore {sem} (count {count})")
+        return "; ".join(parts)
 
     async def check_no_error(self) -> None:
         err = await self.read_csr("ERR")

@@ -18,6 +18,7 @@ import cocotb
 
 from cosim.device import Device
 from cosim.testbench import Testbench
+from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 
 
@@ -53,9 +54,13 @@ async def firstlight_job(dut):
         tb = Testbench(dut, clock=spec.get("clock", "hdl"))
         if spec.get("discover", True):
             dev = await Device.open(tb)
-            emit({"type": "device", "revision": dev.revision, "config": dev.config.as_dict()})
+            emit({"type": "device", "revision": dev.revision, "config": dev.config.as_dict(),
+                  "board": dev.board.as_dict()})
         else:  # bring-up: identity registers are under test, use the config the chip was built with
-            dev = await Device.open(tb, discover=False, config=ChipConfig(**spec["config"]))
+            b = spec["board"]
+            board = BoardConfig(dram_bytes=b["dram_bytes"], bus_bytes=b["bus_bytes"], latency=b["latency"],
+                                beats=b["beats"], period=b["period"], bandwidth=b["bytes_per_cycle"])
+            dev = await Device.open(tb, discover=False, config=ChipConfig(**spec["config"]), board=board)
         result = await fn(dev, emit, **spec.get("kwargs", {}))
         emit({"type": "result", "value": result})
     except Exception as e:

@@ -189,7 +189,8 @@ def run_job(
     records_path.unlink(missing_ok=True)
     job_file = work / "job.json"
     job_file.write_text(json.dumps({"target": target, "kwargs": kwargs or {}, "records": str(records_path),
-                                    "clock": clock, "discover": discover, "config": variant.config.as_dict()}))
+                                    "clock": clock, "discover": discover, "config": variant.config.as_dict(),
+                                    "board": variant.resolved_board.as_dict()}))
     env = {"FIRSTLIGHT_JOB": str(job_file)}
     if on_record is None:
         log, _results, run_s, error = _launch(build, "cosim.job_entry", work, env, waves)

@@ -14,9 +14,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from .axi import axi_members
+from .board import BoardConfig
 from .cmdproc import CommandProcessor
+from .dma import LOAD_REGIONS, DmaLoad, DmaStore
 from .config import ChipConfig, log2
-from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, REG_INDEX, WINDOW_DATA, Register
+from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, REG_INDEX, SEMAPHORES, WINDOW_DATA, Register
 from .engine import MatrixEngine
 from .faults import FAULT_BITS, FAULT_LAYOUT, PINS, FaultKind, parse_faults
 from .saboteurs import SramSaboteur, active, stuck_value
@@ -102,7 +105,7 @@ class Chip(wiring.Component):
     """
 
     def __init__(self, config: ChipConfig | None = None, revision: str = "A0", faults: tuple[str, ...] = (),
-                 defects: frozenset[str] | None = None, fault_port: bool = False):
+                 defects: frozenset[str] | None = None, fault_port: bool = False, board: BoardConfig | None = None):
         config = ChipConfig() if config is None else config
         if not isinstance(config, ChipConfig):
             raise TypeError(f"config must be a ChipConfig, not {config!r}")
@@ -115,8 +118,11 @@ class Chip(wiring.Component):
         self.revision = revision
         self.faults = tuple(faults)
         self.fault_port = fault_port
+        # The board's DRAM, as the DMA checks descriptors against it and DRAM0/DRAM1 publish it.
+        self.board = (BoardConfig() if board is None else board).resolve(config)
         super().__init__(
             {
+                **axi_members(self.board.bus_bits, master=True),
                 **({"fault_sel": In(FAULT_BITS)} if fault_port else {}),
                 "csr_addr": In(CSR_ADDR_BITS),
                 "csr_wdata": In(32),
@@ -147,10 +153,32 @@ class Chip(wiring.Component):
             faults.append(data.View(FAULT_LAYOUT, self.fault_sel[:FAULT_LAYOUT.size]))
         engine = MatrixEngine(cfg, defects, faults)
         reducer = ReductionUnit(cfg, defects, faults)
-        cmdp = CommandProcessor(cfg, defects, faults)
+        cmdp = CommandProcessor(cfg, self.board, defects, faults)
+        dma_ld = DmaLoad(cfg, self.board, defects, faults)
+        dma_st = DmaStore(cfg, self.board, defects, faults)
         m.submodules.engine = ResetInserter(soft_rst)(engine)
         m.submodules.reducer = ResetInserter(soft_rst)(reducer)
         m.submodules.cmdproc = ResetInserter(soft_rst)(cmdp)
+        m.submodules.dma_load = ResetInserter(soft_rst)(dma_ld)
+        m.submodules.dma_store = ResetInserter(soft_rst)(dma_st)
+        # the AXI master port: reads from the load unit, writes from the store unit
+        for name in self.signature.members:
+            if name.startswith("axi_"):
+                unit = dma_ld if hasattr(dma_ld, name) else dma_st
+                ours, theirs = getattr(self, name), getattr(unit, name)
+                if self.signature.members[name].flow == Out:
+                    m.d.comb += ours.eq(theirs)
+                else:
+                    m.d.comb += theirs.eq(ours)
+        for u, unit in (("ld", dma_ld), ("st", dma_st)):
+            m.d.comb += [
+                unit.q_w_en.eq(getattr(cmdp, f"{u}_push")), unit.q_w_data.eq(getattr(cmdp, f"{u}_entry")),
+                getattr(cmdp, f"{u}_room").eq(unit.q_w_rdy), getattr(cmdp, f"{u}_busy").eq(unit.busy),
+                getattr(cmdp, f"{u}_wait_req").eq(unit.wait_req), getattr(cmdp, f"{u}_wait_sem").eq(unit.wait_sem),
+                unit.wait_grant.eq(getattr(cmdp, f"{u}_wait_grant")),
+                getattr(cmdp, f"{u}_signal").eq(unit.signal), getattr(cmdp, f"{u}_signal_sem").eq(unit.signal_sem),
+                getattr(cmdp, f"{u}_signal2").eq(unit.signal2), getattr(cmdp, f"{u}_signal2_sem").eq(unit.signal2_sem),
+            ]
 
         # ---- SRAMs (seen through any injected faults) ----------------------------------------
 
@@ -169,7 +197,7 @@ class Chip(wiring.Component):
         acc_wp = acc_mem.write
 
         a_rp_eng, b_rp_eng = a_mem.read_port(), b_mem.read_port()
-        acc_rp_eng, acc_rp_red = acc_mem.read_port(), acc_mem.read_port()
+        acc_rp_eng, acc_rp_red, acc_rp_dma = acc_mem.read_port(), acc_mem.read_port(), acc_mem.read_port()
         q_rp_fetch = q_mem.read_port()
         # Front-door window: a read port on every SRAM; its own write port where the SRAM's write
         # port is not shared with a unit (ACC's is arbitrated below).
@@ -197,6 +225,8 @@ class Chip(wiring.Component):
             engine.b_rd_data.eq(b_eng_data),
             acc_rp_eng.addr.eq(engine.acc_rd_addr),
             engine.acc_rd_data.eq(acc_rp_eng.data),
+            acc_rp_dma.addr.eq(dma_st.acc_rd_addr),
+            dma_st.acc_rd_data.eq(acc_rp_dma.data),
             acc_rp_red.addr.eq(reducer.acc_rd_addr),
             reducer.acc_rd_data.eq(acc_rp_red.data),
             q_rp_fetch.addr.eq(cmdp.cmdq_rd_addr),
@@ -216,6 +246,11 @@ class Chip(wiring.Component):
             engine.sb_addr.eq(cmdp.mm_sb),
             cmdp.mm_feed_ready.eq(engine.feed_ready),
             cmdp.mm_busy.eq(engine.busy),
+            engine.sig.eq(cmdp.mm_sig),
+            engine.sig_sem.eq(cmdp.mm_sig_sem),
+            cmdp.mm_done_sig.eq(engine.done_sig),
+            cmdp.mm_done_sem.eq(engine.done_sem),
+            cmdp.rd_done.eq(reducer.acc_wr_en),
             reducer.start.eq(cmdp.rd_start),
             reducer.op.eq(cmdp.rd_op),
             reducer.src.eq(cmdp.rd_src),
@@ -223,7 +258,7 @@ class Chip(wiring.Component):
             reducer.dst.eq(cmdp.rd_dst),
             cmdp.rd_busy.eq(reducer.busy),
         ]
-        units_busy = engine.busy | reducer.busy
+        units_busy = engine.busy | reducer.busy | dma_ld.busy
 
         # ---- host CSR bus FSM ----------------------------------------------------------
         irq_en = Signal()
@@ -266,17 +301,30 @@ class Chip(wiring.Component):
             with m.If(win_region_q == r):
                 m.d.comb += win_rdata.eq(rp.data.word_select(win_sub_q, 32) if len(rp.data) > 32 else rp.data)
 
-        # ACC write port: engine, then reducer, then the window (only while both idle).
+        # ACC write port: engine, then reducer, then the load DMA, then the window (only while
+        # the units are idle). The DMA holds its word (and the bus) while it loses.
         acc_win_we = Signal()
+        dma_wr = {n: dma_ld.wr_en & (dma_ld.wr_region == Region[n]) for n in LOAD_REGIONS}
+        m.d.comb += dma_ld.wr_ready.eq(~(dma_wr["ACC"] & (engine.acc_wr_en | reducer.acc_wr_en)))
         with m.If(engine.acc_wr_en):
             m.d.comb += [acc_wp.addr.eq(engine.acc_wr_addr), acc_wp.data.eq(engine.acc_wr_data),
                          acc_wp.en.eq(-1)]
         with m.Elif(reducer.acc_wr_en):
             m.d.comb += [acc_wp.addr.eq(reducer.acc_wr_addr), acc_wp.data.eq(reducer.acc_wr_data),
                          acc_wp.en.eq(-1)]
+        with m.Elif(dma_wr["ACC"]):
+            m.d.comb += [acc_wp.addr.eq(dma_ld.wr_addr), acc_wp.data.eq(dma_ld.wr_data[:cfg.acc_word_bits]),
+                         acc_wp.en.eq(-1)]
         with m.Elif(acc_win_we):
             m.d.comb += [acc_wp.addr.eq(win_word), acc_wp.data.eq(req_wdata.replicate(cfg.lanes)),
                          acc_wp.en.eq(1 << win_sub)]
+
+        for n in LOAD_REGIONS:  # the other SRAMs: the load DMA, else the window (in the FSM below)
+            if n != "ACC":
+                wp = win_wp[Region[n]]
+                with m.If(dma_wr[n]):
+                    m.d.comb += [wp.addr.eq(dma_ld.wr_addr), wp.data.eq(dma_ld.wr_data[:len(wp.data)]),
+                                 wp.en.eq(-1)]
 
         with m.FSM(name="csr_bus"):
             with m.State("IDLE"):
@@ -305,7 +353,7 @@ class Chip(wiring.Component):
                             m.d.comb += acc_win_we.eq(1)
                             m.d.sync += mem_addr.eq(next_addr)
                             m.next = "ACK"
-                    with m.Else():
+                    with m.Elif(~dma_ld.busy | (region == Region.CMDQ)):  # the load DMA owns the SRAM ports
                         for r, wp in win_wp.items():
                             with m.If(region == r):
                                 data_w = len(wp.data)
@@ -348,12 +396,30 @@ class Chip(wiring.Component):
             m.d.sync += tail.eq(0)
 
         # ---- perf counters --------------------------------------------------------------
+        # DRAM_BUSY: cycles with an AXI transaction in flight at the port (an address sent and its
+        # data or response not yet complete) or a request waiting to be accepted.
+        rd_open, wr_open = Signal(8), Signal(8)
+        ar_go = self.axi_arvalid & self.axi_arready
+        r_end = self.axi_rvalid & self.axi_rready & self.axi_rlast
+        aw_go = self.axi_awvalid & self.axi_awready
+        b_end = self.axi_bvalid & self.axi_bready
+        m.d.sync += [rd_open.eq(rd_open + ar_go - r_end), wr_open.eq(wr_open + aw_go - b_end)]
+        dram_busy = (rd_open != 0) | (wr_open != 0) | self.axi_arvalid | self.axi_awvalid
         increments = {
             "CYCLES": 1,
             "ENGINE_BUSY": engine.busy,
             "MACS": engine.feeding * (cfg.rows * cfg.cols),
             "REDUCE_BUSY": reducer.busy,
             "STALLS": cmdp.stall,
+            "DMA_IN_BUSY": dma_ld.active,
+            "DMA_OUT_BUSY": dma_st.active,
+            "DRAM_RD_BYTES": dma_ld.beat * self.board.bus_bytes,
+            "DRAM_WR_BYTES": dma_st.beat * self.board.bus_bytes,
+            "DRAM_BUSY": dram_busy,
+            "WAIT_EXEC": cmdp.exec_waiting,
+            "WAIT_DMA_IN": dma_ld.wait_req & ~dma_ld.wait_grant,
+            "WAIT_DMA_OUT": dma_st.wait_req & ~dma_st.wait_grant,
+            "DMA_ENGINE_OVERLAP": (dma_ld.active | dma_st.active) & engine.busy,
         }
         for name, inc in increments.items():
             with m.If(clear_perf):
@@ -394,8 +460,14 @@ class Chip(wiring.Component):
         cmdp, engine, reducer = env["cmdp"], env["engine"], env["reducer"]
         perf, perf_hi = env["perf"], env["perf_hi"]
         caps = cfg.caps()
+        dma_ld, dma_st = env["dma_ld"], env["dma_st"]
         status = _pack_fields(REG["STATUS"], busy=~cmdp.idle, engine_busy=engine.busy, reduce_busy=reducer.busy,
-                              err=cmdp.err_code != 0, idle=cmdp.idle, fifo_level=cmdp.fifo_level)
+                              err=cmdp.err_code != 0, idle=cmdp.idle, dma_in_busy=dma_ld.busy,
+                              dma_out_busy=dma_st.busy, fifo_level=cmdp.fifo_level)
+        waits = _pack_fields(REG["WAITS"], exec_wait=cmdp.exec_waiting, exec_sem=cmdp.exec_wait_sem,
+                             dma_in_wait=dma_ld.wait_req & ~dma_ld.wait_grant, dma_in_sem=dma_ld.wait_sem,
+                             dma_out_wait=dma_st.wait_req & ~dma_st.wait_grant, dma_out_sem=dma_st.wait_sem)
+        board_regs = self.board.regs()
         ro = {
             "ID": Const(ID_MAGIC, 32),
             "REV": Const(self.rev.code, 32),
@@ -415,7 +487,12 @@ class Chip(wiring.Component):
             "CMDQ_TAIL": env["tail"],
             "MEM_ADDR": env["mem_addr"],
             "IRQ_STATUS": env["irq_status"],
+            "DRAM0": Const(board_regs["DRAM0"], 32),
+            "DRAM1": Const(board_regs["DRAM1"], 32),
+            "WAITS": waits,
         }
+        for i in range(SEMAPHORES // 2):
+            ro[f"SEM{2 * i}{2 * i + 1}"] = cmdp.sem_counts[32 * i:32 * i + 32]
         for name in PERF_COUNTERS:
             ro[f"{name}_LO"] = perf[name][0:32]
             ro[f"{name}_HI"] = perf_hi[name]

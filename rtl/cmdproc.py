@@ -9,17 +9,29 @@ goes on with the next command.
 
 Issue rules (in order, one command per cycle at most):
 NOP retires at once; MATMUL issues when the engine feed is free and the reduction unit is idle;
-REDUCE issues when both units are idle; FENCE retires when both units are idle.
+REDUCE issues when both units are idle; FENCE retires when every unit (the DMA queues included)
+is idle; DMA_LOAD / DMA_STORE go into their unit's queue (with the queue's current strides) when
+it has room; DMA_STRIDE retires at once. A command whose ``sync.wait`` is set issues only once
+its semaphore is above zero and takes one count; DMA commands wait at the head of their own
+queue instead, so a waiting DMA never holds up the stream.
+
+The processor owns the semaphores (``SEMAPHORES`` counting semaphores of 16 bits): every unit
+signals the one its command names when that command has completed (MATMUL: its last row written;
+REDUCE: its result written; DMA: its last word landed; NOP/FENCE/DMA_STRIDE: at retire).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
+from .board import BoardConfig
 from .config import ChipConfig
-from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, ErrCode, Format, Opcode, ReduceOp
+from .csr_map import SEMAPHORES
+from .dma import DMA_ENTRY, LOAD_REGIONS, word_bytes
+from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp
+from .memories import MEM, Region
 from .faults import FaultKind
 from .revisions import Defect
 from .saboteurs import stuck_value
@@ -48,8 +60,9 @@ class CommandProcessor(wiring.Component):
         A command was dropped this cycle.
     """
 
-    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), faults=()):
+    def __init__(self, config: ChipConfig, board: BoardConfig, defects: frozenset[Defect] = frozenset(), faults=()):
         self.config = config
+        self.board = board
         self.defects = frozenset(defects)
         self.faults = list(faults)  # fault descriptors (rtl/saboteurs.py): a FIFO data bit
         qw = (config.cmdq_depth - 1).bit_length()
@@ -73,6 +86,10 @@ class CommandProcessor(wiring.Component):
                 "mm_sb": Out(8),
                 "mm_feed_ready": In(1),
                 "mm_busy": In(1),
+                "mm_sig": Out(2),  # with mm_start: signal mm_sig_sem when this MATMUL completes
+                "mm_sig_sem": Out(6),
+                "mm_done_sig": In(2),  # the engine: a MATMUL with mm_sig has completed
+                "mm_done_sem": In(6),
                 # reduction unit
                 "rd_start": Out(1),
                 "rd_op": Out(2),
@@ -80,6 +97,15 @@ class CommandProcessor(wiring.Component):
                 "rd_count": Out(16),
                 "rd_dst": Out(16),
                 "rd_busy": In(1),
+                "rd_done": In(1),  # the reduction unit wrote its result
+                # DMA queues (rtl/dma.py): push, and their semaphore handshakes
+                **{f"{u}_{n}": sig for u in ("ld", "st") for n, sig in (
+                    ("push", Out(1)), ("entry", Out(DMA_ENTRY)), ("room", In(1)), ("busy", In(1)),
+                    ("wait_req", In(1)), ("wait_sem", In(3)), ("wait_grant", Out(1)),
+                    ("signal", In(1)), ("signal_sem", In(3)), ("signal2", In(1)), ("signal2_sem", In(3)))},
+                "sem_counts": Out(16 * SEMAPHORES),
+                "exec_waiting": Out(1),  # the stream's head waits on a semaphore (exec_wait_sem)
+                "exec_wait_sem": Out(3),
                 # architectural state
                 "clear_err": In(1),
                 "err_code": Out(8),
@@ -126,11 +152,41 @@ class CommandProcessor(wiring.Component):
         mm_flags, rd_flags, scales = cmd.flags.matmul, cmd.flags.reduce, cmd.arg3.scales
         fmt_code = mm_flags.fmt
         nblocks = (k + BLOCK - 1) >> 5
-        known = (op == Opcode.MATMUL) | (op == Opcode.REDUCE) | (op == Opcode.NOP) | (op == Opcode.FENCE)
+        is_dma = (op == Opcode.DMA_LOAD) | (op == Opcode.DMA_STORE)
+        known = ((op == Opcode.MATMUL) | (op == Opcode.REDUCE) | (op == Opcode.NOP) | (op == Opcode.FENCE) | is_dma
+                 | (op == Opcode.DMA_STRIDE))
         arg3_set = cmd.arg3.bits != 0
+        dma_flags, stride_flags = cmd.flags.dma, cmd.flags.stride
         reserved = Mux(op == Opcode.MATMUL, (mm_flags.reserved != 0) | ((fmt_code == Format.INT8) & arg3_set),
-                       Mux(op == Opcode.REDUCE, (rd_flags.reserved != 0) | arg3_set,
-                           (cmd.flags.bits != 0) | arg3_set))
+                   Mux(op == Opcode.REDUCE, (rd_flags.reserved != 0) | arg3_set,
+                   Mux(is_dma, dma_flags.reserved != 0,
+                   Mux(op == Opcode.DMA_STRIDE, (stride_flags.reserved != 0) | (k != 0) | (cmd.arg1 != 0),
+                       (cmd.flags.bits != 0) | arg3_set))))
+
+        # DMA descriptors: the strides of the command's queue (set by earlier DMA_STRIDEs).
+        strides = {dq: (Signal(16, name=f"{dq.name.lower()}_sram_stride"),
+                        Signal(32, name=f"{dq.name.lower()}_dram_stride")) for dq in DmaQueue}
+        dram_addr = Cat(cmd.arg2, cmd.arg3.bits)
+        is_store = op == Opcode.DMA_STORE
+        sstride = Mux(is_store, strides[DmaQueue.STORE][0], strides[DmaQueue.LOAD][0])
+        dstride = Mux(is_store, strides[DmaQueue.STORE][1], strides[DmaQueue.LOAD][1])
+        rows = cmd.arg1
+        region = dma_flags.region
+        region_ok = Signal()
+        sram_depth = Signal(17)
+        wbytes = Signal(8)
+        with m.Switch(region):
+            for n in LOAD_REGIONS:
+                with m.Case(Region[n]):
+                    m.d.comb += [region_ok.eq(1 if n == "ACC" else ~is_store), sram_depth.eq(MEM[n].depth(cfg)),
+                                 wbytes.eq(word_bytes(cfg, n))]
+        more_rows = (rows - 1)[:16]
+        sram_last = Signal(34)  # one past the last SRAM word
+        dram_last = Signal(50)  # one past the last DRAM byte
+        m.d.comb += [sram_last.eq(cmd.arg0 + more_rows * sstride + k),
+                     dram_last.eq(dram_addr + more_rows * dstride + k * wbytes)]
+        bus_mask = self.board.bus_bytes - 1
+        misaligned = ((dram_addr & bus_mask) != 0) | ((rows > 1) & ((dstride & bus_mask) != 0))
         with m.If(~known):
             m.d.comb += err.eq(ErrCode.BAD_OPCODE)
         with m.Elif(reserved):
@@ -158,11 +214,73 @@ class CommandProcessor(wiring.Component):
                 m.d.comb += err.eq(ErrCode.SRC_RANGE)
             with m.Elif(cmd.arg2 >= cfg.acc_depth):
                 m.d.comb += err.eq(ErrCode.DST_RANGE)
+        with m.Elif(is_dma):
+            with m.If(~region_ok):
+                m.d.comb += err.eq(ErrCode.DMA_REGION)
+            with m.Elif((k == 0) | (rows == 0)):
+                m.d.comb += err.eq(ErrCode.BAD_LENGTH)
+            with m.Elif(misaligned):
+                m.d.comb += err.eq(ErrCode.DMA_ALIGN)
+            with m.Elif(sram_last > sram_depth):
+                m.d.comb += err.eq(ErrCode.DMA_SRAM_RANGE)
+            with m.Elif(dram_last > self.board.dram_bytes):
+                m.d.comb += err.eq(ErrCode.DMA_DRAM_RANGE)
 
         # ---- issue ----------------------------------------------------------------------
         retire = Signal()
         drop = Signal()
         units_idle = ~self.mm_busy & ~self.rd_busy
+        all_idle = units_idle & ~self.ld_busy & ~self.st_busy
+
+        # ---- semaphores ---------------------------------------------------------------------
+        counts = [Signal(16, name=f"sem{i}") for i in range(SEMAPHORES)]
+        m.d.comb += self.sem_counts.eq(Cat(*counts))
+        sync = cmd.sync
+        exec_ready = Signal()  # the head command could issue this cycle but for its wait
+        exec_take = Signal()
+        wait_ok = Signal()
+        nonzero = Signal(SEMAPHORES)
+        m.d.comb += nonzero.eq(Cat(*[c != 0 for c in counts]))
+        # one count per semaphore per cycle, the stream first, then the load queue, then the store queue
+        exec_req = exec_ready & sync.wait
+        ld_req = self.ld_wait_req
+        st_req = self.st_wait_req
+        m.d.comb += [
+            wait_ok.eq(~sync.wait | nonzero.bit_select(sync.wait_sem, 1)),
+            exec_take.eq(exec_req & wait_ok),
+            self.ld_wait_grant.eq(ld_req & nonzero.bit_select(self.ld_wait_sem, 1)
+                                  & ~(exec_take & (sync.wait_sem == self.ld_wait_sem))),
+            self.st_wait_grant.eq(st_req & nonzero.bit_select(self.st_wait_sem, 1)
+                                  & ~(exec_take & (sync.wait_sem == self.st_wait_sem))
+                                  & ~(self.ld_wait_grant & (self.ld_wait_sem == self.st_wait_sem))),
+            self.exec_waiting.eq(exec_req & ~wait_ok),
+            self.exec_wait_sem.eq(sync.wait_sem),
+        ]
+        exec_sig = Signal()  # NOP / FENCE / DMA_STRIDE signal at retire
+        rd_sig, rd_sig_sem = Signal(2), Signal(6)
+        mm_sem = [self.mm_done_sem[0:3], self.mm_done_sem[3:6]]
+        rd_sem = [rd_sig_sem[0:3], rd_sig_sem[3:6]]
+        for i, c in enumerate(counts):
+            inc = ((exec_sig & sync.signal & (sync.signal_sem == i)) + (exec_sig & sync.signal2 & (sync.signal2_sem == i))
+                   + (self.mm_done_sig[0] & (mm_sem[0] == i)) + (self.mm_done_sig[1] & (mm_sem[1] == i))
+                   + (rd_sig[0] & self.rd_done & (rd_sem[0] == i)) + (rd_sig[1] & self.rd_done & (rd_sem[1] == i))
+                   + (self.ld_signal & (self.ld_signal_sem == i)) + (self.ld_signal2 & (self.ld_signal2_sem == i))
+                   + (self.st_signal & (self.st_signal_sem == i)) + (self.st_signal2 & (self.st_signal2_sem == i)))
+            dec = ((exec_take & (sync.wait_sem == i)) + (self.ld_wait_grant & (self.ld_wait_sem == i))
+                   + (self.st_wait_grant & (self.st_wait_sem == i)))
+            m.d.sync += c.eq(c + inc - dec)
+        both_sig = Cat(sync.signal, sync.signal2)
+        both_sem = Cat(sync.signal_sem, sync.signal2_sem)
+        with m.If(self.rd_start):
+            m.d.sync += [rd_sig.eq(both_sig), rd_sig_sem.eq(both_sem)]
+        m.d.comb += [self.mm_sig.eq(both_sig), self.mm_sig_sem.eq(both_sem)]
+
+        # ---- DMA entries: the command plus its queue's strides ----------------------------------
+        for u, dq in (("ld", DmaQueue.LOAD), ("st", DmaQueue.STORE)):
+            entry = getattr(self, f"{u}_entry")
+            m.d.comb += [entry.region.eq(region), entry.sram.eq(cmd.arg0), entry.words.eq(k), entry.rows.eq(rows),
+                         entry.dram.eq(dram_addr), entry.sram_stride.eq(strides[dq][0]),
+                         entry.dram_stride.eq(strides[dq][1]), entry.sync.eq(sync), entry.tag.eq(cmd.tag)]
         m.d.comb += [
             self.mm_a.eq(cmd.arg0),
             self.mm_b.eq(cmd.arg1),
@@ -181,18 +299,30 @@ class CommandProcessor(wiring.Component):
             with m.If(err != 0):
                 m.d.comb += drop.eq(1)
             with m.Elif(op == Opcode.NOP):
-                m.d.comb += retire.eq(1)
+                m.d.comb += [exec_ready.eq(1), retire.eq(wait_ok), exec_sig.eq(retire)]
+            with m.Elif(op == Opcode.DMA_STRIDE):
+                m.d.comb += [exec_ready.eq(1), retire.eq(wait_ok), exec_sig.eq(retire)]
+                with m.If(retire):
+                    for qq in DmaQueue:
+                        with m.If(stride_flags.queue == qq):
+                            m.d.sync += [strides[qq][0].eq(cmd.arg0), strides[qq][1].eq(dram_addr)]
             with m.Elif(op == Opcode.FENCE):
-                m.d.comb += retire.eq(units_idle)
+                m.d.comb += [exec_ready.eq(all_idle), retire.eq(all_idle & wait_ok), exec_sig.eq(retire)]
             with m.Elif(op == Opcode.MATMUL):
-                m.d.comb += retire.eq(self.mm_feed_ready & ~self.rd_busy)
+                m.d.comb += exec_ready.eq(self.mm_feed_ready & ~self.rd_busy)
+                m.d.comb += retire.eq(exec_ready & wait_ok)
                 m.d.comb += self.mm_start.eq(retire)
             with m.Elif(op == Opcode.REDUCE):
                 if Defect.REDUCE_ISSUES_BEFORE_DRAIN in self.defects:
-                    m.d.comb += retire.eq(self.mm_feed_ready & ~self.rd_busy)
+                    m.d.comb += exec_ready.eq(self.mm_feed_ready & ~self.rd_busy)
                 else:
-                    m.d.comb += retire.eq(units_idle)
+                    m.d.comb += exec_ready.eq(units_idle)
+                m.d.comb += retire.eq(exec_ready & wait_ok)
                 m.d.comb += self.rd_start.eq(retire)
+            with m.Elif(op == Opcode.DMA_LOAD):
+                m.d.comb += [retire.eq(self.ld_room), self.ld_push.eq(retire)]
+            with m.Elif(op == Opcode.DMA_STORE):
+                m.d.comb += [retire.eq(self.st_room), self.st_push.eq(retire)]
         m.d.comb += [
             q.r_en.eq(retire | drop),
             self.stall.eq(q.r_rdy & ~retire & ~drop),
@@ -216,6 +346,6 @@ class CommandProcessor(wiring.Component):
 
         m.d.comb += [
             self.fifo_level.eq(q.level),
-            self.idle.eq((self.head == (self.tail & qmask)) & ~inflight & (q.level == 0) & units_idle),
+            self.idle.eq((self.head == (self.tail & qmask)) & ~inflight & (q.level == 0) & all_idle),
         ]
         return m

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Access", "Field", "Register", "REGISTERS", "REG", "REG_INDEX", "ID_MAGIC", "PERF_COUNTERS", "CSR_ADDR_BITS",
+__all__ = ["Access", "Field", "Register", "REGISTERS", "REG", "REG_INDEX", "ID_MAGIC", "PERF_COUNTERS", "CSR_ADDR_BITS", "SEMAPHORES", "UNITS_THAT_WAIT",
            "register"]
 
 ID_MAGIC = 0x464C4954  # "FLIT"
@@ -83,7 +83,14 @@ class Register:
         return {f.name: f.get(value) for f in self.fields}
 
 
-PERF_COUNTERS = ("CYCLES", "ENGINE_BUSY", "MACS", "REDUCE_BUSY", "STALLS")
+PERF_COUNTERS = ("CYCLES", "ENGINE_BUSY", "MACS", "REDUCE_BUSY", "STALLS",
+                 # the memory system (docs/chip.md): DMA busy per direction, DRAM bytes, cycles with an
+                 # AXI transaction outstanding, cycles each unit waited on a semaphore, and cycles where
+                 # a DMA and the matrix engine were busy together
+                 "DMA_IN_BUSY", "DMA_OUT_BUSY", "DRAM_RD_BYTES", "DRAM_WR_BYTES", "DRAM_BUSY",
+                 "WAIT_EXEC", "WAIT_DMA_IN", "WAIT_DMA_OUT", "DMA_ENGINE_OVERLAP")
+SEMAPHORES = 8  # counting semaphores of the command stream (rtl/isa.py SYNC)
+UNITS_THAT_WAIT = ("exec", "dma_in", "dma_out")  # where a command waits on its semaphore
 
 RO, RW, W1C = Access.RO, Access.RW, Access.W1C
 _regs = [
@@ -102,7 +109,8 @@ _regs = [
     Register(
         "STATUS", 0x04, RO, 0x10, "Live state.",
         (Field("busy", 0, 1), Field("engine_busy", 1, 1), Field("reduce_busy", 2, 1),
-         Field("err", 3, 1), Field("idle", 4, 1), Field("fifo_level", 8, 9)),
+         Field("err", 3, 1), Field("idle", 4, 1), Field("dma_in_busy", 5, 1), Field("dma_out_busy", 6, 1),
+         Field("fifo_level", 8, 9)),
         volatile=True,
     ),
     Register(
@@ -117,7 +125,7 @@ _regs = [
     Register("ERR_CMD0", 0x07, RO, 0x00, "Word 0 of the command that caused ERR."),
     Register("ERR_CMD1", 0x08, RO, 0x00, "Word 1 of the command that caused ERR."),
     Register("ERR_CMD2", 0x09, RO, 0x00, "Word 2 of the command that caused ERR."),
-    Register("ERR_CMD3", 0x0A, RO, 0x00, "Word 3 (the tag) of the command that caused ERR."),
+    Register("ERR_CMD3", 0x0A, RO, 0x00, "Word 3 (sync and tag) of the command that caused ERR."),
     Register("ERR_COUNT", 0x0B, RO, 0x00, "Commands dropped for an error since the last clear."),
     Register("SCRATCH", 0x0C, RW, 0x00, "Free read/write register for bus tests."),
     Register("DONE_COUNT", 0x0D, RO, 0x00, "Commands retired (issued to a unit or completed)."),
@@ -129,6 +137,17 @@ _regs = [
     Register("MEM_DATA", 0x11, RW, None, "Window data; each access moves MEM_ADDR on by one chunk."),
     Register("MEM_DATA_KEEP", 0x13, RW, None, "Window data without moving MEM_ADDR (read-modify-write tests)."),
     Register("MEM_DATA_DEC", 0x14, RW, None, "Window data; each access moves MEM_ADDR back by one chunk."),
+    Register("DRAM0", 0x15, RO, None, "The board's DRAM (rtl/board.py): size, AXI data width, read latency.",
+             (Field("log2_dram_bytes", 0, 8), Field("log2_bus_bytes", 8, 4), Field("latency", 16, 10))),
+    Register("DRAM1", 0x16, RO, None, "DRAM bandwidth: `beats` bus beats per `period` cycles.",
+             (Field("beats", 0, 9), Field("period", 16, 9))),
+    Register("WAITS", 0x17, RO, 0x00, "Which unit waits on which semaphore right now (the watchdog's dump).",
+             tuple(f for i, u in enumerate(UNITS_THAT_WAIT)
+                   for f in (Field(f"{u}_wait", 4 * i, 1), Field(f"{u}_sem", 4 * i + 1, 3))),
+             volatile=True),
+    *[Register(f"SEM{2 * i}{2 * i + 1}", 0x18 + i, RO, 0x00, f"Counts of semaphores {2 * i} and {2 * i + 1}.",
+               (Field(f"sem{2 * i}", 0, 16), Field(f"sem{2 * i + 1}", 16, 16)), volatile=True)
+      for i in range(SEMAPHORES // 2)],
     Register("IRQ_STATUS", 0x12, W1C, 0x00, "Sticky interrupt causes.",
              (Field("done", 0, 1, "the chip went idle"), Field("err", 1, 1, "a command faulted"))),
 ]

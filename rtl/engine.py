@@ -69,6 +69,10 @@ class MatrixEngine(wiring.Component):
                 "sb_addr": In(8),
                 "feed_ready": Out(1),
                 "busy": Out(1),
+                "sig": In(2),  # with start: signal semaphores sig_sem once this MATMUL's rows are written
+                "sig_sem": In(6),  # [2:0] for sig[0], [5:3] for sig[1]
+                "done_sig": Out(2),  # pulse: a MATMUL with sig has written its last row
+                "done_sem": Out(6),
                 "feeding": Out(1),
                 "a_rd_addr": Out(aw),
                 "a_rd_data": In(config.a_word_bits),
@@ -255,8 +259,20 @@ class MatrixEngine(wiring.Component):
             self.acc_wr_data.eq(Cat(*lanes)),
         ]
 
-        # ---- busy: feed slot, plus a drain window covering the deepest pipeline path -----
+        # ---- completion: the feed's last step, delayed by the drain (which covers the deepest
+        # path to the accumulator write), signals the MATMUL's semaphore --------------------------
         drain_len = cfg.engine_drain_cycles
+        sig_q, sem_q = Signal(2), Signal(6)
+        with m.If(self.start & self.feed_ready):
+            m.d.sync += [sig_q.eq(self.sig), sem_q.eq(self.sig_sem)]
+        last_step = feed_valid & (k_idx == k_len - 1)
+        line = [Signal(8, name=f"done_line{i}") for i in range(drain_len + 1)]  # busy falls with the last
+        m.d.sync += line[0].eq(Cat(Mux(last_step, sig_q, 0), sem_q))
+        for i in range(1, len(line)):
+            m.d.sync += line[i].eq(line[i - 1])
+        m.d.comb += [self.done_sig.eq(line[-1][0:2]), self.done_sem.eq(line[-1][2:8])]
+
+        # ---- busy: feed slot, plus a drain window covering the deepest pipeline path -----
         drain = Signal(range(drain_len + 1))
         with m.If(feed_valid):
             m.d.sync += drain.eq(drain_len)

@@ -5,21 +5,28 @@ Amaranth ``StructLayout`` whose ``flags`` and ``arg3`` are nested layouts (union
 opcodes that give them a meaning). The RTL views FIFO entries through it; :func:`pack_command`
 packs Python values with the same field offsets and :func:`decode` unpacks them, so the two
 sides cannot drift apart. Software builds commands with the constructors :func:`matmul`,
-:func:`reduce`, :func:`fence` and :func:`nop`; :func:`pack_command` is for raw (and
+:func:`reduce`, :func:`fence`, :func:`nop`, :func:`dma_load`, :func:`dma_store` and
+:func:`dma_stride` (each takes ``wait=``/``signal=`` semaphores); :func:`pack_command` is for raw (and
 deliberately bad) commands.
 """
 
 from __future__ import annotations
 
 import enum
+import numbers
 
 from amaranth.lib import data
+
+from .csr_map import SEMAPHORES
+
+np_integer = numbers.Integral  # kernels pass numpy integers too
 
 __all__ = [
     "COMMAND_LAYOUT", "COMMAND_BITS", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
     "Opcode", "ReduceOp", "ErrCode", "Format",
     "pack_command", "unpack_command", "decode", "opcode_of", "with_opcode", "field_of_bit",
-    "matmul", "reduce", "fence", "nop",
+    "matmul", "reduce", "fence", "nop", "dma_load", "dma_store", "dma_stride", "sync_of", "with_sync",
+    "DMA_FLAGS", "STRIDE_FLAGS", "SYNC", "DmaQueue", "SEMAPHORES",
 ]
 
 BLOCK = 32  # K steps per scaling block of the FP formats
@@ -30,6 +37,9 @@ class Opcode(enum.IntEnum):
     FENCE = 0x01  # retires once every unit is idle
     MATMUL = 0x10
     REDUCE = 0x20
+    DMA_LOAD = 0x30  # DRAM -> an SRAM (A, B, ACC, SA, SB), 2D
+    DMA_STORE = 0x31  # ACC -> DRAM, 2D
+    DMA_STRIDE = 0x32  # set the strides later DMAs of one queue use (taken in stream order)
 
 
 class Format(enum.IntEnum):
@@ -63,11 +73,29 @@ class ErrCode(enum.IntEnum):
     WINDOW_RANGE = 10  # MEM_ADDR names no SRAM word (front-door window)
     BAD_FORMAT = 11  # MATMUL format code this chip does not have
     SCALE_RANGE = 12  # FP MATMUL: SA/SB word + blocks beyond the scale SRAMs
+    DMA_REGION = 13  # DMA_LOAD into an SRAM DMA cannot write (CMDQ, an unknown region); DMA_STORE not from ACC
+    DMA_SRAM_RANGE = 14  # the descriptor's last SRAM word is beyond its SRAM
+    DMA_DRAM_RANGE = 15  # the descriptor's last DRAM byte is beyond the DRAM
+    DMA_ALIGN = 16  # DRAM address or DRAM stride not a multiple of the bus width
+
+
+class DmaQueue(enum.IntEnum):
+    """The two DMA units, each with its own queue (DMA_STRIDE names one)."""
+
+    LOAD = 0
+    STORE = 1
 
 
 MATMUL_FLAGS = data.StructLayout({"accumulate": 1, "fmt": 3, "reserved": 4})  # fmt: Format
 REDUCE_FLAGS = data.StructLayout({"op": 2, "reserved": 6})  # op: ReduceOp
-FLAGS = data.UnionLayout({"matmul": MATMUL_FLAGS, "reduce": REDUCE_FLAGS, "bits": 8})
+DMA_FLAGS = data.StructLayout({"region": 3, "reserved": 5})  # region: rtl.memories.Region of the SRAM side
+STRIDE_FLAGS = data.StructLayout({"queue": 1, "reserved": 7})  # queue: DmaQueue
+FLAGS = data.UnionLayout({"matmul": MATMUL_FLAGS, "reduce": REDUCE_FLAGS, "dma": DMA_FLAGS, "stride": STRIDE_FLAGS,
+                          "bits": 8})
+# Every command may wait on one counting semaphore before it starts (taking one count) and signal
+# up to two when it has completed (docs/chip.md, "Synchronisation"). Two, because a MATMUL that
+# ends both an operand buffer's use and a C tile tells two different consumers.
+SYNC = data.StructLayout({"wait": 1, "wait_sem": 3, "signal": 1, "signal_sem": 3, "signal2": 1, "signal2_sem": 3})
 SCALE_WORDS = data.StructLayout({"sa": 8, "sb": 8})  # FP MATMUL: first SA / SB word of the blocks
 ARG3 = data.UnionLayout({"scales": SCALE_WORDS, "bits": 16})
 
@@ -76,11 +104,12 @@ COMMAND_LAYOUT = data.StructLayout(
         "opcode": 8,  # Opcode
         "flags": FLAGS,
         "length": 16,  # MATMUL: K; REDUCE: count of accumulator words
-        "arg0": 16,  # MATMUL: A word address; REDUCE: source accumulator word
-        "arg1": 16,  # MATMUL: B word address
-        "arg2": 16,  # MATMUL: C (accumulator) word address; REDUCE: destination word
-        "arg3": ARG3,  # FP MATMUL: scale words; must be zero otherwise
-        "tag": 32,  # free for software: copied into ERR_CMD3 when the command faults
+        "arg0": 16,  # MATMUL: A word address; REDUCE: source accumulator word; DMA: SRAM word; STRIDE: SRAM stride
+        "arg1": 16,  # MATMUL: B word address; DMA: rows
+        "arg2": 16,  # MATMUL: C (accumulator) word address; REDUCE: destination word; DMA: DRAM byte address [15:0]
+        "arg3": ARG3,  # FP MATMUL: scale words; DMA: DRAM byte address [31:16]; must be zero otherwise
+        "sync": SYNC,  # semaphore wait / signal
+        "tag": 20,  # free for software: lands in ERR_CMD3 when the command faults, and in the trace
     }
 )
 COMMAND_BITS = COMMAND_LAYOUT.size
@@ -180,13 +209,46 @@ def decode(cmd: int) -> dict:
         top["arg3"] = _unpack(SCALE_WORDS, top["arg3"])
     elif op == Opcode.REDUCE:
         top["flags"] = _unpack(REDUCE_FLAGS, top["flags"])
+    elif op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
+        top["flags"] = _unpack(DMA_FLAGS, top["flags"])
+        top["dram"] = top["arg2"] | top["arg3"] << 16
+    elif op == Opcode.DMA_STRIDE:
+        top["flags"] = _unpack(STRIDE_FLAGS, top["flags"])
+        top["dram_stride"] = top["arg2"] | top["arg3"] << 16
+    top["sync"] = _unpack(SYNC, top["sync"])
     return top
+
+
+def sync_of(cmd: int) -> dict:
+    """The semaphore fields of a packed command (``wait``, ``wait_sem``, ``signal``, ...)."""
+    off, width = _FIELDS["sync"]
+    return _unpack(SYNC, (cmd >> off) & ((1 << width) - 1))
+
+
+def with_sync(cmd: int, *, wait: int | None = None, signal: int | None = None, signal2: int | None = None) -> int:
+    """``cmd`` with its semaphore fields replaced: wait on ``wait``, signal ``signal`` and
+    ``signal2`` (None: not)."""
+    off, width = _FIELDS["sync"]
+    return (cmd & ~(((1 << width) - 1) << off)) | (_sync_bits(wait, signal, signal2) << off)
+
+
+def _sync_bits(wait: int | None, signal: int | None, signal2: int | None = None) -> int:
+    bits = 0
+    for name, sem in (("wait", wait), ("signal", signal), ("signal2", signal2)):
+        if sem is None:
+            continue
+        if not isinstance(sem, (int, np_integer)) or isinstance(sem, bool) or not 0 <= sem < SEMAPHORES:
+            raise ValueError(f"{name} semaphore must be an integer in [0, {SEMAPHORES}), not {sem!r}")
+        f = SYNC[name]
+        bits |= (1 | int(sem) << 1) << f.offset
+    return bits
 
 
 # ---- constructors ---------------------------------------------------------------------------
 
 def matmul(*, a: int, b: int, c: int, k: int, accumulate: bool = False, fmt: Format = Format.INT8,
-           sa: int = 0, sb: int = 0, tag: int = 0) -> int:
+           sa: int = 0, sb: int = 0, tag: int = 0, wait: int | None = None, signal: int | None = None,
+           signal2: int | None = None) -> int:
     """MATMUL: ``k`` steps of A from word ``a`` and B from word ``b`` into ROWS accumulator words
     at ``c`` (added into them with ``accumulate``). FP formats read their block scales from SA
     word ``sa`` and SB word ``sb`` onwards; the int8 path has none (``sa``/``sb`` must be 0)."""
@@ -197,7 +259,7 @@ def matmul(*, a: int, b: int, c: int, k: int, accumulate: bool = False, fmt: For
     # looked up once (tests/test_spec.py holds the two to the same bits).
     word = _MATMUL_BASE | (bool(accumulate) << _ACC_OFF) | (Format(fmt) << _FMT_OFF)
     for name, v in (("length", k), ("arg0", a), ("arg1", b), ("arg2", c), ("arg3.scales.sa", sa),
-                    ("arg3.scales.sb", sb), ("tag", tag)):
+                    ("arg3.scales.sb", sb), ("tag", tag), ("sync", _sync_bits(wait, signal, signal2))):
         off, width = _FIELDS[name]
         if not 0 <= v < (1 << width):
             raise ValueError(f"command field {name}={v} does not fit in {width} bits")
@@ -210,16 +272,52 @@ _ACC_OFF = _FIELDS["flags.matmul.accumulate"][0]
 _FMT_OFF = _FIELDS["flags.matmul.fmt"][0]
 
 
-def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0) -> int:
+def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0, wait: int | None = None,
+           signal: int | None = None) -> int:
     """REDUCE: ``count`` accumulator words from ``src`` to one int32 in lane 0 of word ``dst``."""
     return pack_command(Opcode.REDUCE, flags={"reduce": {"op": int(ReduceOp(op))}}, length=count, arg0=src,
-                        arg2=dst, tag=tag)
+                        arg2=dst, tag=tag, sync=_sync_bits(wait, signal))
 
 
-def fence(tag: int = 0) -> int:
-    """FENCE: retires once every unit is idle."""
-    return pack_command(Opcode.FENCE, tag=tag)
+def fence(tag: int = 0, *, wait: int | None = None, signal: int | None = None) -> int:
+    """FENCE: retires once every unit (the DMA queues included) is idle."""
+    return pack_command(Opcode.FENCE, tag=tag, sync=_sync_bits(wait, signal))
 
 
-def nop(tag: int = 0) -> int:
-    return pack_command(Opcode.NOP, tag=tag)
+def nop(tag: int = 0, *, wait: int | None = None, signal: int | None = None) -> int:
+    """NOP: retires at once (after its wait, if any): ``nop(wait=a, signal=b)`` moves a count."""
+    return pack_command(Opcode.NOP, tag=tag, sync=_sync_bits(wait, signal))
+
+
+def dma_load(region: int, *, sram: int, dram: int, words: int, rows: int = 1, tag: int = 0,
+             wait: int | None = None, signal: int | None = None, signal2: int | None = None) -> int:
+    """DMA_LOAD: ``rows`` rows of ``words`` SRAM words each, from DRAM byte ``dram`` into SRAM
+    ``region`` at word ``sram``. Row ``r`` comes from ``dram + r * dram_stride`` and goes to
+    ``sram + r * sram_stride`` (the load queue's strides, set by :func:`dma_stride`)."""
+    return pack_command(Opcode.DMA_LOAD, flags={"dma": {"region": int(region)}}, length=words, arg0=sram, arg1=rows,
+                        arg2=dram & 0xFFFF, arg3=_dram_hi(dram), tag=tag, sync=_sync_bits(wait, signal, signal2))
+
+
+def dma_store(*, sram: int, dram: int, words: int, rows: int = 1, tag: int = 0, wait: int | None = None,
+              signal: int | None = None, signal2: int | None = None) -> int:
+    """DMA_STORE: ``rows`` rows of ``words`` ACC words from word ``sram`` to DRAM byte ``dram``
+    (strides of the store queue). It completes (and signals) when the DRAM has acknowledged
+    every write."""
+    from .memories import Region
+
+    return pack_command(Opcode.DMA_STORE, flags={"dma": {"region": int(Region.ACC)}}, length=words, arg0=sram,
+                        arg1=rows, arg2=dram & 0xFFFF, arg3=_dram_hi(dram), tag=tag,
+                        sync=_sync_bits(wait, signal, signal2))
+
+
+def dma_stride(queue: DmaQueue, *, sram: int, dram: int, tag: int = 0) -> int:
+    """DMA_STRIDE: the SRAM stride (words) and DRAM stride (bytes) between rows of the later DMAs
+    of ``queue``, in stream order."""
+    return pack_command(Opcode.DMA_STRIDE, flags={"stride": {"queue": int(DmaQueue(queue))}}, arg0=sram,
+                        arg2=dram & 0xFFFF, arg3=_dram_hi(dram), tag=tag)
+
+
+def _dram_hi(dram: int) -> int:
+    if not isinstance(dram, (int, np_integer)) or not 0 <= dram < 1 << 32:
+        raise ValueError(f"DRAM byte address must be an integer in [0, 2**32), not {dram!r}")
+    return dram >> 16

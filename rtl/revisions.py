@@ -27,6 +27,9 @@ class Defect(enum.Enum):
     REDUCE_ISSUES_BEFORE_DRAIN = ("command processor: REDUCE issues once the engine feed is free, before the "
                                   "engine has written its last rows")
     FP8_SUBNORMALS_READ_AS_ZERO = "matrix engine: FP8 (E4M3, E5M2) subnormal operands are read as zero"
+    DMA_BURST_CROSSES_PAGE = ("DMA: a burst is not split at a 4 KiB boundary, so the DRAM wraps its tail to the "
+                              "start of the page")
+    DMA_ODD_ROWS_DROPS_LAST = "DMA load: a 2D descriptor with an odd number of rows (> 1) drops its last row"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from amaranth.sim import Simulator
 from golden import gemm_int8, gemm_int8_accumulate, reduce_rows
 from rtl.chip import Chip
 from rtl.revisions import REVISIONS
+from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 from rtl.csr_map import ID_MAGIC, REG, REGISTERS, Access
 from rtl.memories import Region
@@ -936,7 +937,7 @@ def test_chip_bad_opcode_then_valid_and_clear_err():
     name = "chip_bad_opcode"
     seed = case_seed(name)
     rng = np.random.default_rng(seed)
-    bad = pack_command(0x7F, flags=0x5A, length=3, arg0=0x0102, arg1=0x0304, arg2=0x0506, tag=0xCAFEF00D)
+    bad = pack_command(0x7F, flags=0x5A, length=3, arg0=0x0102, arg1=0x0304, arg2=0x0506, tag=0xCAFEF)  # tag is [127:108]: ERR_CMD3 reads it above the 12 sync bits
     a, b, good = golden_tile_cmds(rng, cfg, 3, 0, 0, 0)
     bad_len = pack_command(Opcode.MATMUL, length=0, tag=0xBEEF)  # a second, different error
 
@@ -964,12 +965,12 @@ def test_chip_bad_opcode_then_valid_and_clear_err():
     what = f"{name} (seed={seed})"
     assert out["ERR"] == ErrCode.BAD_OPCODE, f"{what}: ERR={out['ERR']}"
     assert [out[f"ERR_CMD{i}"] for i in range(4)] == cmd_chunks(bad), f"{what}: ERR_CMD0..3"
-    assert out["ERR_CMD3"] == 0xCAFEF00D
+    assert out["ERR_CMD3"] == 0xCAFEF << 12
     assert out["ERR_COUNT"] == 1, what
     assert out["DONE_COUNT"] == 1, f"{what}: the valid MATMUL after the bad command must retire"
     assert REG["STATUS"].field("err").get(out["status"]) == 1, what
     np.testing.assert_array_equal(out["c"], gemm_int8(a, b), err_msg=f"{what}: MATMUL after the bad command")
-    assert out["ERR2"] == ErrCode.BAD_OPCODE and out["ERR_CMD3_2"] == 0xCAFEF00D, f"{what}: ERR must keep the first error"
+    assert out["ERR2"] == ErrCode.BAD_OPCODE and out["ERR_CMD3_2"] == 0xCAFEF << 12, f"{what}: ERR must keep the first error"
     assert out["ERR_COUNT2"] == 2, what
     assert out["ctrl"] == 0, f"{what}: CTRL strobe bits must read back 0"
     for reg in ("ERR", "ERR_CMD0", "ERR_CMD1", "ERR_CMD2", "ERR_CMD3", "ERR_COUNT"):
@@ -1261,7 +1262,7 @@ class CmdProcHarness(Elaboratable):
         from rtl.isa import COMMAND_BITS
 
         self.cfg = cfg
-        self.cp = CommandProcessor(cfg)
+        self.cp = CommandProcessor(cfg, BoardConfig().resolve(cfg))
         self.q_mem = Memory(shape=COMMAND_BITS, depth=cfg.cmdq_depth, init=[])
 
     def elaborate(self, platform):

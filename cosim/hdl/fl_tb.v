@@ -1,4 +1,5 @@
-// Testbench top around the generated chip. The clock comes from the HDL (fast: the simulator
+// Testbench top: the board (the generated chip and the generated DRAM model behind its AXI
+// port; FL_BUS_BITS is the AXI data width, from rtl/board.py). The clock comes from the HDL (fast: the simulator
 // toggles it without calling into Python) unless FL_GPI_CLOCK is defined, in which case clk is
 // a port that cocotb drives with Clock(..., impl="gpi").
 `timescale 1ns/1ps
@@ -19,6 +20,21 @@ module fl_tb (
     // instead of racing a Timer against csr_ready (which costs ~45 us of host time per access).
     output wire        csr_event,
     output wire        bus_timeout
+`ifdef FL_EXT_AXI
+    // The chip's AXI master port on the testbench's ports (an independent memory model in
+    // cocotb serves it: tests/test_axi_ram.py), with the single ID the port uses as constants.
+    ,
+    output wire [31:0] axi_awaddr, output wire [7:0] axi_awlen, output wire [2:0] axi_awsize,
+    output wire [1:0]  axi_awburst, output wire axi_awvalid, input wire axi_awready,
+    output wire [`FL_BUS_BITS-1:0] axi_wdata, output wire [`FL_BUS_BITS/8-1:0] axi_wstrb,
+    output wire axi_wlast, output wire axi_wvalid, input wire axi_wready,
+    input wire [1:0] axi_bresp, input wire axi_bvalid, output wire axi_bready,
+    output wire [31:0] axi_araddr, output wire [7:0] axi_arlen, output wire [2:0] axi_arsize,
+    output wire [1:0]  axi_arburst, output wire axi_arvalid, input wire axi_arready,
+    input wire [`FL_BUS_BITS-1:0] axi_rdata, input wire [1:0] axi_rresp, input wire axi_rlast,
+    input wire axi_rvalid, output wire axi_rready,
+    output wire axi_awid, output wire axi_arid, input wire axi_bid, input wire axi_rid
+`endif
 );
 `ifndef FL_GPI_CLOCK
     reg clk = 1'b0;
@@ -46,12 +62,44 @@ module fl_tb (
     reg [`FL_FAULT_PORT-1:0] fault_sel = 0;
 `endif
 
+`ifdef FL_EXT_AXI
+    assign axi_awid = 1'b0;
+    assign axi_arid = 1'b0;
+`else
+    // The board: the chip's AXI master port wired to the DRAM model (rtl/dram.py).
+    wire [31:0] axi_awaddr, axi_araddr;
+    wire [7:0]  axi_awlen, axi_arlen;
+    wire [2:0]  axi_awsize, axi_arsize;
+    wire [1:0]  axi_awburst, axi_arburst, axi_bresp, axi_rresp;
+    wire axi_awvalid, axi_awready, axi_wlast, axi_wvalid, axi_wready, axi_bvalid, axi_bready;
+    wire axi_arvalid, axi_arready, axi_rlast, axi_rvalid, axi_rready;
+    wire [`FL_BUS_BITS-1:0] axi_wdata, axi_rdata;
+    wire [`FL_BUS_BITS/8-1:0] axi_wstrb;
+    fl_dram dram (
+        .clk(clk), .rst(rst),
+        .axi_awaddr(axi_awaddr), .axi_awlen(axi_awlen), .axi_awsize(axi_awsize), .axi_awburst(axi_awburst),
+        .axi_awvalid(axi_awvalid), .axi_awready(axi_awready), .axi_wdata(axi_wdata), .axi_wstrb(axi_wstrb),
+        .axi_wlast(axi_wlast), .axi_wvalid(axi_wvalid), .axi_wready(axi_wready), .axi_bresp(axi_bresp),
+        .axi_bvalid(axi_bvalid), .axi_bready(axi_bready), .axi_araddr(axi_araddr), .axi_arlen(axi_arlen),
+        .axi_arsize(axi_arsize), .axi_arburst(axi_arburst), .axi_arvalid(axi_arvalid), .axi_arready(axi_arready),
+        .axi_rdata(axi_rdata), .axi_rresp(axi_rresp), .axi_rlast(axi_rlast), .axi_rvalid(axi_rvalid),
+        .axi_rready(axi_rready)
+    );
+`endif
+
     fl_chip chip (
         .clk(clk), .rst(rst),
 `ifdef FL_FAULT_PORT
         .fault_sel(fault_sel),
 `endif
         .csr_addr(csr_addr), .csr_wdata(csr_wdata), .csr_we(csr_we), .csr_re(csr_re),
-        .csr_rdata(csr_rdata), .csr_ready(csr_ready), .irq(irq), .idle(idle)
+        .csr_rdata(csr_rdata), .csr_ready(csr_ready), .irq(irq), .idle(idle),
+        .axi_awaddr(axi_awaddr), .axi_awlen(axi_awlen), .axi_awsize(axi_awsize), .axi_awburst(axi_awburst),
+        .axi_awvalid(axi_awvalid), .axi_awready(axi_awready), .axi_wdata(axi_wdata), .axi_wstrb(axi_wstrb),
+        .axi_wlast(axi_wlast), .axi_wvalid(axi_wvalid), .axi_wready(axi_wready), .axi_bresp(axi_bresp),
+        .axi_bvalid(axi_bvalid), .axi_bready(axi_bready), .axi_araddr(axi_araddr), .axi_arlen(axi_arlen),
+        .axi_arsize(axi_arsize), .axi_arburst(axi_arburst), .axi_arvalid(axi_arvalid), .axi_arready(axi_arready),
+        .axi_rdata(axi_rdata), .axi_rresp(axi_rresp), .axi_rlast(axi_rlast), .axi_rvalid(axi_rvalid),
+        .axi_rready(axi_rready)
     );
 endmodule

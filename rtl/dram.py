@@ -1,0 +1,130 @@
+"""The board's DRAM: an AXI4 slave memory with a read latency and a bandwidth limit.
+
+Built from a resolved :class:`~rtl.board.BoardConfig`:
+
+* **Array.** ``dram_bytes / bus_bytes`` words of one bus beat each (``dram_mem``, the array the
+  host backdoor opens: DRAM is host memory, filled and read like a pinned buffer). Addresses
+  wrap modulo the size (the DMA refuses descriptors past the end before they reach the bus).
+* **Latency.** A read address accepted at cycle ``t`` returns its first beat no earlier than
+  ``t + latency``; up to :data:`OUTSTANDING` read bursts are in flight at once, so a stream of
+  bursts pays the latency once. Writes are posted: each beat lands when it is accepted, and
+  the write response follows the last beat.
+* **Bandwidth.** At most ``beats`` beats (reads and writes together) in each window of
+  ``period`` cycles. When both directions want the channel they alternate.
+* **Bursts** increment within their 4 KiB page: an AXI master must never cross one, and this
+  slave, like many, decodes the page once per burst (a master that does cross wraps).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, fifo, memory, wiring
+
+from .axi import axi_members
+from .board import PAGE_BYTES, BoardConfig
+from .config import log2
+
+__all__ = ["Dram", "OUTSTANDING", "DRAM_INSTANCE"]
+
+OUTSTANDING = 4  # read bursts (and write addresses) the DRAM queues
+DRAM_INSTANCE = "dram_mem"  # the Verilog array of the DRAM (host backdoor)
+
+
+class Dram(wiring.Component):
+    """AXI4 slave DRAM model (see the module docstring)."""
+
+    def __init__(self, board: BoardConfig, faults=()):
+        if not board.beats:
+            raise ValueError("Dram needs a resolved BoardConfig (BoardConfig.resolve(chip))")
+        self.board = board
+        self.faults = list(faults)
+        super().__init__(axi_members(board.bus_bits, master=False))
+
+    def elaborate(self, platform):
+        m = Module()
+        b = self.board
+        nbytes, depth = b.bus_bytes, b.words
+        shift = log2(nbytes)
+
+        mem = memory.Memory(shape=b.bus_bits, depth=depth, init=[])
+        m.submodules[DRAM_INSTANCE] = mem
+        rp = mem.read_port()
+        wp = mem.write_port(granularity=8)
+
+        now = Signal(32)
+        m.d.sync += now.eq(now + 1)
+
+        def next_beat(addr):  # the next beat's address, within the 4 KiB page
+            return (addr & ~(PAGE_BYTES - 1)) | ((addr + nbytes) & (PAGE_BYTES - 1))
+
+        # ---- bandwidth: at most `beats` beats in each window of `period` cycles -----------------
+        phase = Signal(range(b.period))
+        tokens = Signal(range(b.beats + 1), init=b.beats)
+        rd_beat, wr_beat = Signal(), Signal()  # a beat moves this cycle
+        used = rd_beat + wr_beat  # both in one cycle only while two tokens are left
+        window_end = phase == b.period - 1
+        m.d.sync += phase.eq(Mux(window_end, 0, phase + 1))
+        m.d.sync += tokens.eq(Mux(window_end, b.beats, tokens - used))
+        have_token = tokens != 0
+        prefer_write = Signal()  # alternate when both directions want the channel
+        with m.If(rd_beat | wr_beat):
+            m.d.sync += prefer_write.eq(rd_beat)
+
+        # ---- reads ----------------------------------------------------------------------------
+        ar_layout = data.StructLayout({"addr": 32, "len": 8, "due": 32})
+        m.submodules.ar_q = arq = fifo.SyncFIFO(width=ar_layout.size, depth=OUTSTANDING)
+        ar_in = data.View(ar_layout, arq.w_data)
+        m.d.comb += [
+            self.axi_arready.eq(arq.w_rdy),
+            arq.w_en.eq(self.axi_arvalid),
+            ar_in.addr.eq(self.axi_araddr),
+            ar_in.len.eq(self.axi_arlen),
+            ar_in.due.eq(now + b.latency),
+        ]
+        ar_head = data.View(ar_layout, arq.r_data)
+        r_active = Signal()
+        r_addr = Signal(32)
+        r_left = Signal(8)  # beats after the current one
+        with m.If(~r_active & arq.r_rdy & ~(now - ar_head.due)[31]):  # due has come (wrap-safe)
+            m.d.comb += arq.r_en.eq(1)
+            m.d.sync += [r_active.eq(1), r_addr.eq(ar_head.addr), r_left.eq(ar_head.len)]
+
+        rvalid, rlast = Signal(), Signal()
+        want_rd = r_active & (~rvalid | self.axi_rready)
+        want_wr = Signal()
+        m.d.comb += rd_beat.eq(want_rd & have_token & (~want_wr | ~prefer_write | (tokens > 1)))
+        m.d.comb += [rp.addr.eq((r_addr >> shift)[:log2(depth)]), rp.en.eq(rd_beat)]
+        with m.If(rd_beat):
+            m.d.sync += [rvalid.eq(1), rlast.eq(r_left == 0), r_addr.eq(next_beat(r_addr)), r_left.eq(r_left - 1)]
+            with m.If(r_left == 0):
+                m.d.sync += r_active.eq(0)
+        with m.Elif(self.axi_rready):
+            m.d.sync += rvalid.eq(0)
+        m.d.comb += [self.axi_rvalid.eq(rvalid), self.axi_rlast.eq(rlast), self.axi_rdata.eq(rp.data),
+                     self.axi_rresp.eq(0)]
+
+        # ---- writes ---------------------------------------------------------------------------
+        m.submodules.aw_q = awq = fifo.SyncFIFO(width=32, depth=OUTSTANDING)
+        m.d.comb += [self.axi_awready.eq(awq.w_rdy), awq.w_en.eq(self.axi_awvalid), awq.w_data.eq(self.axi_awaddr)]
+        w_active = Signal()
+        w_addr = Signal(32)
+        with m.If(~w_active & awq.r_rdy):
+            m.d.comb += awq.r_en.eq(1)
+            m.d.sync += [w_active.eq(1), w_addr.eq(awq.r_data)]
+        m.d.comb += want_wr.eq(w_active & self.axi_wvalid)
+        m.d.comb += wr_beat.eq(want_wr & have_token & (~want_rd | prefer_write | (tokens > 1)))
+        m.d.comb += [
+            self.axi_wready.eq(wr_beat),
+            wp.addr.eq((w_addr >> shift)[:log2(depth)]),
+            wp.data.eq(self.axi_wdata),
+            wp.en.eq(Mux(wr_beat, self.axi_wstrb, 0)),
+        ]
+        b_pending = Signal(range(OUTSTANDING + 2))
+        b_done = self.axi_bvalid & self.axi_bready
+        with m.If(wr_beat):
+            m.d.sync += w_addr.eq(next_beat(w_addr))
+            with m.If(self.axi_wlast):
+                m.d.sync += w_active.eq(0)
+        m.d.sync += b_pending.eq(b_pending + (wr_beat & self.axi_wlast) - b_done)
+        m.d.comb += [self.axi_bvalid.eq(b_pending != 0), self.axi_bresp.eq(0)]
+        return m
