@@ -120,13 +120,19 @@ class _Backdoor:
         self._raw: list | None = None
         self._deposit = _GPISetAction.DEPOSIT.value
 
-    def _handles(self) -> list:
+    def _handles(self, start: int, count: int) -> list:
+        """Handles of words [start, start + count), looked up once each (a DRAM has 2**18 words:
+        opening them all up front would cost seconds)."""
         if self._raw is None:
-            self._raw = [self._array[i]._handle for i in range(self.depth)]
-        return self._raw
+            self._raw = [None] * self.depth
+        raw = self._raw
+        for i in range(start, start + count):
+            if raw[i] is None:
+                raw[i] = self._array[i]._handle
+        return raw
 
     def write(self, start: int, words: Sequence[int]) -> None:
-        raw = self._handles()
+        raw = self._handles(start, len(words))
         dep = self._deposit
         if self.width <= 32:
             for i, w in enumerate(words):
@@ -138,7 +144,7 @@ class _Backdoor:
                 raw[start + i].set_signal_val_binstr(dep, format(int(w) & mask, fmt))
 
     def read(self, start: int, count: int) -> list[int]:
-        raw = self._handles()
+        raw = self._handles(start, count)
         out = []
         for i in range(start, start + count):
             bits = raw[i].get_signal_val_binstr()
@@ -353,28 +359,48 @@ class Device:
     async def submit(self, commands: Sequence[int], budget_cycles: int | None = None) -> None:
         """Write ``commands`` into the ring and ring the doorbell.
 
-        A stream longer than the ring goes in pieces; before each further piece the chip must
-        drain the previous one (waited for with the watchdog). Returns as soon as the last piece
-        is queued: call :meth:`wait_idle` to wait for completion.
+        A stream longer than the free part of the ring is streamed in while the chip runs: the
+        host writes what fits behind the chip's CMDQ_HEAD, rings, and polls CMDQ_HEAD for room
+        (the chip never drains between pieces, so DMA and compute keep overlapping). If the
+        chip takes no new entry for ``budget_cycles``, the watchdog fires with a dump. Returns
+        as soon as the last piece is queued: call :meth:`wait_idle` to wait for completion.
         """
         commands = list(commands)
         if self._filter is not None and not self._filter_suspended:
             commands = self._filter(commands)
         depth = self.config.cmdq_depth
-        piece = depth - 1
-        for start in range(0, len(commands), piece):
-            chunk = commands[start : start + piece]
-            if start:
-                await self.wait_idle(budget_cycles)
+        budget = self.default_budget() if budget_cycles is None else budget_cycles
+        head = None  # the chip's CMDQ_HEAD as last read
+        i = 0
+        poll = 64
+        since = self.now_cycles()
+        while i < len(commands):
+            want = min(len(commands) - i, max(1, depth // 8))
+            free = depth - 1 - ((self._tail - head) % depth) if head is not None else 0
+            if free < want:
+                new_head = await self.read_csr("CMDQ_HEAD")
+                if new_head != head:
+                    head, since, poll = new_head, self.now_cycles(), 64
+                free = depth - 1 - ((self._tail - head) % depth)
+                if free < want:
+                    if self.now_cycles() - since > budget:
+                        dump = await self.dump_state()
+                        raise DeviceTimeout(f"watchdog: the chip took no command from the ring for {budget} cycles"
+                                            "\n" + self.format_dump(dump), dump)
+                    await self._timed(self.tb.wait_cycles(poll))
+                    poll = min(poll * 2, 4096)
+                    continue
+            chunk = commands[i:i + free]
             first = self._tail
             n1 = min(len(chunk), depth - first)
             self.load_words(Region.CMDQ, first, chunk[:n1])
             if n1 < len(chunk):
                 self.load_words(Region.CMDQ, 0, chunk[n1:])
-            for c in chunk[-self.HISTORY :]:
+            for c in chunk[-self.HISTORY:]:
                 self.history.append((c, unpack_command(c)))
             self._tail = (first + len(chunk)) % depth
             await self.write_csr("CMDQ_TAIL", self._tail)
+            i += len(chunk)
 
     async def run(self, commands: Sequence[int], budget_cycles: int | None = None) -> None:
         await self.submit(commands, budget_cycles)

@@ -22,20 +22,23 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import numpy as np
 
 from rtl.config import ChipConfig
-from rtl.isa import BLOCK, Format, fence, matmul
+from rtl.isa import BLOCK, DmaQueue, Format, dma_load, dma_store, dma_stride, fence, matmul, nop
 from rtl.memories import Region
 from workarounds import GemmConstraints, Mitigations, Unit
 
-from .layout import pack_a_panels, pack_b_panels, words_to_int32
-from .roofline import drain_cycles, ideal_cycles
+from .dma_stream import SEM, Ledger
+from .layout import pack_a_panels, pack_b_panels
+from .roofline import drain_cycles, ideal_cycles, memory_cycles
 from .stats import KernelStats, Measure
 from .validate import check_matrix
 
 if TYPE_CHECKING:  # the protocol of the device surface a kernel uses
+    from cosim.buffers import Buffer
     from cosim.device import KernelDevice
 
-__all__ = ["GemmPlan", "plan_gemm", "plan_for", "gemm", "prepare_operands", "run_tile_groups",
-           "check_gemm_operands", "new_host_counts", "read_group", "GEMM_UNITS"]
+__all__ = ["GemmPlan", "GemmBuffers", "plan_gemm", "plan_for", "gemm", "prepare_operands", "run_tile_groups",
+           "gemm_stream", "stage_operands", "read_tiles", "plan_traffic", "gemm_compulsory_bytes",
+           "check_gemm_operands", "new_host_counts", "GEMM_UNITS"]
 
 MAX_K_FIELD = 0xFFFF
 GEMM_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC)  # the units a GEMM's errata can live in
@@ -45,6 +48,9 @@ _HOST_S_PER_WORD = 3e-6
 _HOST_S_PER_CMD = 3e-6
 _HOST_S_PER_WAIT = 3e-4
 _SIM_S_PER_CYCLE = 1e-6
+# The share of the DRAM roof a streaming DMA reaches (measured: M=4, N=K=512 runs at 0.94 of it):
+# the planner prefers a plan with less traffic over one that would only just fit under the roof.
+_DMA_EFFICIENCY = 0.9
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class GemmPlan:
     ga: int  # A panels (tile rows) per group
     gb: int
     kc: int  # K steps per chunk
+    nbuf: int = 2  # operand buffers: 2 = DMA of the next chunk overlaps the MATMULs of this one
 
     @property
     def chunks(self) -> int:
@@ -73,6 +80,37 @@ class GemmPlan:
         if last:
             per_tile += max(last, config.min_matmul_cycles)
         return self.tm * self.tn * per_tile + self.groups * self.chunks * drain_cycles(config)
+
+    def dma_cycles(self, config: ChipConfig, bytes_per_cycle: float, latency: int = 32) -> float:
+        """Schedule model of the DMA-fed stream (gemm_stream), per group:
+
+        * double-buffered: the slower of the group's MATMULs and its DRAM traffic, plus the part
+          of its C stores that their window cannot hide (the window: the group's last chunk and
+          the next group's first, which share the DRAM with two chunks of loads; for the last
+          group only its last chunk);
+        * single-buffered: every chunk's load, then its MATMULs, plus the same exposed stores.
+        """
+        R, C = config.rows, config.cols
+        bw = bytes_per_cycle * _DMA_EFFICIENCY
+        groups = [(min(self.ga, self.tm - gi), min(self.gb, self.tn - gj))
+                  for gi in range(0, self.tm, self.ga) for gj in range(0, self.tn, self.gb)]
+        step = max(min(self.kc, self.k), config.min_matmul_cycles)
+        total = 0.0
+        for i, (na, nb) in enumerate(groups):
+            tiles = na * nb
+            chunk = tiles * step  # MATMUL cycles of one chunk
+            compute = chunk * self.chunks
+            chunk_load = (na * R + nb * C) * min(self.kc, self.k)
+            stores = tiles * R * C * 4
+            last = i == len(groups) - 1
+            if self.nbuf == 2:
+                busy = max(compute, (chunk_load * self.chunks + stores) / bw)
+                window, demand = (chunk, stores) if last else (2 * chunk, stores + 2 * chunk_load)
+            else:
+                busy = self.chunks * (chunk_load / bw + latency + chunk)
+                window, demand = chunk, stores
+            total += busy + max(0.0, demand / bw - window)
+        return total
 
     def host_words(self) -> int:
         words = 0
@@ -93,6 +131,12 @@ def _chunk(k: int, cap: int, k_chunk: int | None, avoid_unit_chunk: bool, block:
         kc -= kc % block
         if kc == 0:
             raise ValueError(f"no room for one {block}-step block (capacity {cap}, k_chunk {k_chunk})")
+    if kc < k:  # the same number of chunks, as even as the block allows: no short last chunk
+        n = math.ceil(k / kc)
+        even = math.ceil(k / n)
+        if block > 1:
+            even = min(kc, math.ceil(even / block) * block)
+        kc = even
     if avoid_unit_chunk and k > 1:
         while kc > 1 and k % kc == 1:
             kc -= 1
@@ -105,7 +149,8 @@ def _chunk(k: int, cap: int, k_chunk: int | None, avoid_unit_chunk: bool, block:
 def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int | None = None,
               b_words: int | None = None,
               acc_words: int | None = None, k_chunk: int | None = None,
-              avoid_unit_chunk: bool = False, a_panel_extra: int = 0, block: int = 1) -> GemmPlan:
+              avoid_unit_chunk: bool = False, a_panel_extra: int = 0, block: int = 1,
+              bytes_per_cycle: float | None = None, nbuf: int = 2) -> GemmPlan:
     """Choose group sizes and the K chunk for an ``m x n x k`` GEMM on ``config``.
 
     ``operand_words`` (A and B), ``b_words`` (B only) and ``acc_words`` limit the SRAM words the
@@ -139,11 +184,15 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
             except ValueError as e:
                 last_error = e
                 continue
-            plan = GemmPlan(m, n, k, tm, tn, ga, gb, kc)
+            plan = GemmPlan(m, n, k, tm, tn, ga, gb, kc, nbuf)
             cmds = tm * tn * plan.chunks
             waits = plan.groups * plan.chunks
-            cost = (plan.host_words() * _HOST_S_PER_WORD + cmds * _HOST_S_PER_CMD + waits * _HOST_S_PER_WAIT
-                    + plan.predicted_cycles(config) * _SIM_S_PER_CYCLE)
+            if bytes_per_cycle:  # operands arrive by DMA: the slower of compute and DRAM traffic
+                cycles = max(plan.predicted_cycles(config), plan.dma_cycles(config, bytes_per_cycle))
+                cost = cmds * _HOST_S_PER_CMD + cycles * _SIM_S_PER_CYCLE
+            else:
+                cost = (plan.host_words() * _HOST_S_PER_WORD + cmds * _HOST_S_PER_CMD + waits * _HOST_S_PER_WAIT
+                        + plan.predicted_cycles(config) * _SIM_S_PER_CYCLE)
             if cost < best_cost:
                 best, best_cost = plan, cost
     if best is None:
@@ -152,14 +201,31 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
 
 
 def plan_for(config: ChipConfig, constraints: GemmConstraints, m: int, n: int, k: int, *,
-             acc_words: int | None = None, k_chunk: int | None = None, block: int = 1) -> GemmPlan:
-    """Plan under the constraints the active mitigations set (workarounds.GemmConstraints)."""
-    return plan_gemm(
-        config, m, n, k,
-        b_words=config.operand_depth - constraints.b_reserved_top_words,
-        acc_words=acc_words, k_chunk=k_chunk, avoid_unit_chunk=constraints.avoid_unit_chunk,
-        a_panel_extra=1 if constraints.repeat_first_a_word else 0, block=block,
-    )
+             acc_words: int | None = None, k_chunk: int | None = None, block: int = 1,
+             double_buffer: bool = True, board=None) -> GemmPlan:
+    """Plan under the constraints the active mitigations set (workarounds.GemmConstraints), in
+    one operand buffer (half of each operand SRAM when double-buffered), for the board's DRAM."""
+    best, best_cycles, error = None, math.inf, None
+    for nbuf in ((2, 1) if double_buffer else (1,)):  # double buffering when the model says it pays
+        try:
+            plan = plan_gemm(
+                config, m, n, k,
+                operand_words=config.operand_depth // nbuf,
+                b_words=(config.operand_depth - constraints.b_reserved_top_words) // nbuf,
+                acc_words=acc_words, k_chunk=k_chunk, avoid_unit_chunk=constraints.avoid_unit_chunk,
+                a_panel_extra=1 if constraints.repeat_first_a_word else 0, block=block,
+                bytes_per_cycle=None if board is None else board.bytes_per_cycle, nbuf=nbuf,
+            )
+        except ValueError as e:
+            error = error or e
+            continue
+        cycles = (plan.dma_cycles(config, board.bytes_per_cycle, board.latency) if board is not None
+                  else plan.predicted_cycles(config))
+        if cycles < best_cycles * 0.98:  # single buffering only when clearly better
+            best, best_cycles = plan, cycles
+    if best is None:
+        raise error
+    return best
 
 
 def prepare_operands(a, b, cfg: ChipConfig, plan: GemmPlan):
@@ -173,62 +239,235 @@ def prepare_operands(a, b, cfg: ChipConfig, plan: GemmPlan):
     return pack_a_panels(a_pad, cfg.rows), pack_b_panels(b_pad, cfg.cols)
 
 
-async def _queue_group(dev, plan: GemmPlan, a_words, b_words, gi: int, gj: int, host: dict, budget,
-                       constraints: GemmConstraints, fp: tuple | None = None) -> tuple[int, int]:
-    """Load and queue every K chunk of one tile group; returns (tiles along M, along N).
+@dataclass(frozen=True)
+class GemmBuffers:
+    """Where a GEMM's operands and result live in DRAM (docs/kernels.md, "DRAM layouts").
 
-    The group's C tile (p, q) lands at accumulator word ``(p * nb + q) * ROWS``. The last
-    chunk's MATMULs are queued but not waited for. ``fp = (format, sa_words (TM, blocks),
-    sb_words (TN, blocks))`` runs the FP path with block scales (docs/numerics.md).
+    * A: panel-major, prepared once on the host: panel ``p`` (rows ``p*ROWS..``) holds its K
+      words of ROWS bytes, word ``k`` at ``a + (p*K + k) * ROWS``.
+    * B: the same by column panels: word ``k`` of panel ``q`` at ``b + (q*K + k) * COLS``.
+    * C: tile-major int32: tile ``(ti, tj)`` is ROWS accumulator words (4*COLS bytes each) at
+      ``c + (ti*TN + tj) * ROWS * 4*COLS``, so the tiles of one tile row of a group are one
+      contiguous store. The host reshapes it back (``read_tiles``).
+    * SA / SB (FP): one E8M0 word per panel and block of 32 K steps, panel-major like A / B.
     """
-    R = dev.config.rows
-    k = plan.k
-    na = min(plan.ga, plan.tm - gi)
-    nb = min(plan.gb, plan.tn - gj)
-    # repeat_first_a_word (FL-ME-002: a MATMUL right behind another reads its first A word at
-    # the previous base + K): each A panel gets a copy of its first word at base + K, so
-    # back-to-back MATMULs on the same panel read the right value; a FENCE only where it changes.
-    stale_a = constraints.repeat_first_a_word
-    stride = plan.kc + 1 if stale_a else plan.kc
-    for ci, k0 in enumerate(range(0, k, plan.kc)):
-        kc = min(plan.kc, k - k0)
-        await dev.wait_idle(budget)  # operands are about to be overwritten
-        host["waits"] += 1
-        for p in range(na):
-            panel = a_words[gi + p, k0:k0 + kc].tolist()
-            if stale_a:
-                panel.append(panel[0])
-            host["words_loaded"] += dev.load_words(Region.A, p * stride, panel)
-        for q in range(nb):
-            host["words_loaded"] += dev.load_words(Region.B, q * plan.kc, b_words[gj + q, k0:k0 + kc].tolist())
-        spp = -(-plan.kc // BLOCK)  # scale words per panel chunk
-        fmt = Format.INT8
-        if fp is not None:
-            fmt, sa_words, sb_words = fp
-            b0, nblk = k0 // BLOCK, -(-kc // BLOCK)
-            for p in range(na):
-                dev.load_words(Region.SA, p * spp, sa_words[gi + p, b0:b0 + nblk].tolist())
-            for q in range(nb):
-                dev.load_words(Region.SB, q * spp, sb_words[gj + q, b0:b0 + nblk].tolist())
-        cmds = []
-        for p in range(na):
-            if stale_a and p:
-                cmds.append(_FENCE)
-            for q in range(nb):
-                scales = {"sa": p * spp, "sb": q * spp} if fp is not None else {}
-                cmds.append(matmul(a=p * stride, b=q * plan.kc, c=(p * nb + q) * R, k=kc, accumulate=ci > 0,
-                                   fmt=fmt, **scales))
-        host["commands"] += len(cmds)
-        await dev.submit(cmds, budget)
-    return na, nb
+
+    a: Buffer
+    b: Buffer
+    c: Buffer
+    sa: Buffer | None = None
+    sb: Buffer | None = None
+    blocks: int = 0
+    scratch: Buffer | None = None  # for a fused kernel's own results (``scratch_bytes``)
 
 
-def read_group(dev, out: np.ndarray, gi: int, gj: int, na: int, nb: int) -> None:
-    """Copy a group's C tiles from the accumulator SRAM into ``out`` (int32, or uint32 fp32 bits)."""
+def _words_bytes(words: np.ndarray, nbytes: int) -> bytes:
+    """SRAM words (numpy uint or Python ints) as their little-endian bytes, row-major."""
+    words = np.asarray(words)
+    if words.dtype == object:
+        return b"".join(int(w).to_bytes(nbytes, "little") for w in words.ravel())
+    return np.ascontiguousarray(words).astype(f"<u{nbytes}").tobytes()
+
+
+def stage_operands(dev, plan: GemmPlan, a_words, b_words, fp: tuple | None = None,
+                   scratch_bytes: int = 0) -> GemmBuffers:
+    """Allocate the GEMM's DRAM buffers and fill the operands from the host (DRAM is host memory)."""
+    cfg = dev.config
+    R, C = cfg.rows, cfg.cols
+    dev.dram.reset()
+    a = dev.dram.alloc(plan.tm * plan.k * R, "A")
+    b = dev.dram.alloc(plan.tn * plan.k * C, "B")
+    c = dev.dram.alloc(plan.tm * plan.tn * R * 4 * C, "C")
+    dev.dram_write(a, _words_bytes(a_words, R))
+    dev.dram_write(b, _words_bytes(b_words, C))
+    sa = sb = None
+    blocks = 0
+    if fp is not None:
+        _fmt, sa_words, sb_words = fp
+        blocks = sa_words.shape[1]
+        sa = dev.dram.alloc(plan.tm * blocks * R, "SA")
+        sb = dev.dram.alloc(plan.tn * blocks * C, "SB")
+        dev.dram_write(sa, _words_bytes(sa_words, R))
+        dev.dram_write(sb, _words_bytes(sb_words, C))
+    scratch = dev.dram.alloc(scratch_bytes, "scratch") if scratch_bytes else None
+    return GemmBuffers(a, b, c, sa, sb, blocks, scratch)
+
+
+def read_tiles(dev, bufs: GemmBuffers, plan: GemmPlan, out: np.ndarray) -> None:
+    """C from DRAM (tile-major) into ``out`` (int32, or uint32 fp32 bits), padded shape."""
     R, C = dev.config.rows, dev.config.cols
-    words = dev.read_words(Region.ACC, 0, na * nb * R)
-    tiles = words_to_int32(words, C).view(out.dtype).reshape(na, nb, R, C)
-    out[gi * R:(gi + na) * R, gj * C:(gj + nb) * C] = tiles.transpose(0, 2, 1, 3).reshape(na * R, nb * C)
+    raw = dev.dram_read(bufs.c)
+    tiles = raw.view("<i4").view(out.dtype).reshape(plan.tm, plan.tn, R, C)
+    out[:, :] = tiles.transpose(0, 2, 1, 3).reshape(plan.tm * R, plan.tn * C)
+
+
+GroupTail = Callable[[int, int, int, int, int, Ledger, GemmBuffers], list]
+
+
+def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints: GemmConstraints, *,
+                fmt: Format = Format.INT8, group_tail: GroupTail | None = None) -> list[int]:
+    """The whole GEMM as one command stream (docs/kernels.md, "The DMA-fed GEMM").
+
+    Per K chunk: 2D loads of the group's A and B panels (and scales) into one of two operand
+    buffers, issued one chunk ahead so they overlap the MATMULs of the chunk before; the chunk's
+    MATMULs wait for their buffer's LOADED semaphore and the last one frees the buffer. In a
+    group's last chunk the last MATMUL of each tile row signals C_READY and that tile row is
+    stored at once; the next group's first MATMUL on an accumulator slot waits for the store that
+    empties it (C_FREE). With one buffer (``plan.nbuf == 1``) loads and MATMULs take turns.
+    """
+    R, C = cfg.rows, cfg.cols
+    acc_wb = 4 * C
+    nbuf = plan.nbuf
+    depth = cfg.operand_depth
+    cap_a = depth // nbuf
+    cap_b = (depth - constraints.b_reserved_top_words) // nbuf
+    cap_s = cfg.scale_depth // nbuf
+    stale = constraints.repeat_first_a_word
+    a_stride = plan.kc + 1 if stale else plan.kc
+    spp = -(-plan.kc // BLOCK)
+    K = plan.k
+    fp = fmt != Format.INT8
+    groups = [(gi, gj, min(plan.ga, plan.tm - gi), min(plan.gb, plan.tn - gj))
+              for gi in range(0, plan.tm, plan.ga) for gj in range(0, plan.tn, plan.gb)]
+    chunks = [(g, ci, k0, min(plan.kc, K - k0), k0 + plan.kc >= K)
+              for g in range(len(groups)) for ci, k0 in enumerate(range(0, K, plan.kc))]
+    led = Ledger()
+    out: list[int] = []
+    strides: dict = {}
+
+    def stride(q: DmaQueue, s: int, d: int) -> None:
+        if strides.get(q) != (s, d):
+            out.append(dma_stride(q, sram=s, dram=d))
+            strides[q] = (s, d)
+
+    def loads(idx: int) -> None:
+        g, ci, k0, kc, _last = chunks[idx]
+        gi, gj, na, nb = groups[g]
+        buf = idx % nbuf
+        wait = led.queue_wait(SEM[f"FREE{buf}"]) if idx >= nbuf else None
+        cmds = []
+        stride(DmaQueue.LOAD, a_stride, K * R)
+        cmds.append(lambda w, s: dma_load(Region.A, sram=buf * cap_a, dram=bufs.a.addr + (gi * K + k0) * R, words=kc,
+                                          rows=na, wait=w, signal=s))
+        if stale:  # FL-ME-002: each panel's first word again right after it
+            cmds.append(lambda w, s: dma_load(Region.A, sram=buf * cap_a + kc, dram=bufs.a.addr + (gi * K + k0) * R,
+                                              words=1, rows=na, wait=w, signal=s))
+        emitted = []
+        for i, mk in enumerate(cmds):
+            emitted.append(mk(wait if i == 0 else None, None))
+        out.extend(emitted)
+        stride(DmaQueue.LOAD, plan.kc, K * C)
+        tail = []
+        tail.append(lambda s: dma_load(Region.B, sram=buf * cap_b, dram=bufs.b.addr + (gj * K + k0) * C, words=kc,
+                                       rows=nb, signal=s))
+        if fp:
+            b0, nblk = k0 // BLOCK, -(-kc // BLOCK)
+            out.append(tail.pop()(None))
+            stride(DmaQueue.LOAD, spp, bufs.blocks * R)
+            out.append(dma_load(Region.SA, sram=buf * cap_s, dram=bufs.sa.addr + (gi * bufs.blocks + b0) * R,
+                                words=nblk, rows=na))
+            stride(DmaQueue.LOAD, spp, bufs.blocks * C)
+            out.append(dma_load(Region.SB, sram=buf * cap_s, dram=bufs.sb.addr + (gj * bufs.blocks + b0) * C,
+                                words=nblk, rows=nb, signal=SEM[f"LOADED{buf}"]))
+        else:
+            out.append(tail.pop()(SEM[f"LOADED{buf}"]))
+        led.signal(SEM[f"LOADED{buf}"])
+
+    prev_stores: tuple[int, int] | None = None  # (tile rows, tiles per row) of the group before
+    waited = 0
+    if nbuf == 2:
+        loads(0)
+    for idx, (g, ci, k0, kc, last) in enumerate(chunks):
+        gi, gj, na, nb = groups[g]
+        buf = idx % nbuf
+        if nbuf == 2 and idx + 1 < len(chunks):
+            loads(idx + 1)
+        elif nbuf == 1:
+            loads(idx)
+        out.append(nop(wait=led.stream_wait(SEM[f"LOADED{buf}"])))
+        frees = idx + nbuf < len(chunks) or nbuf == 1 and idx + 1 < len(chunks)
+        for p in range(na):
+            if stale and p:
+                out.append(_FENCE)
+            for q in range(nb):
+                slot = p * nb + q
+                wait = None
+                if ci == 0 and prev_stores is not None:
+                    pna, pnb = prev_stores
+                    need = min(pna - 1, (slot * R + R - 1) // (pnb * R))
+                    while waited <= need:
+                        sem = led.queue_wait(SEM["C_FREE"])  # signalled by a store queued earlier
+                        if wait is None:
+                            wait = sem
+                        else:
+                            out.append(nop(wait=sem))
+                        waited += 1
+                sig = sig2 = None
+                if q == nb - 1 and p == na - 1 and frees:
+                    sig = SEM[f"FREE{buf}"]
+                if last and q == nb - 1:
+                    sig2 = SEM["C_READY"]
+                scales = {"sa": buf * cap_s + p * spp, "sb": buf * cap_s + q * spp} if fp else {}
+                out.append(matmul(a=buf * cap_a + p * a_stride, b=buf * cap_b + q * plan.kc, c=slot * R, k=kc,
+                                  accumulate=ci > 0, fmt=fmt, wait=wait, signal=sig, signal2=sig2, **scales))
+                led.signal(sig, sig2)
+                if last and q == nb - 1:  # this tile row is complete: store it while the rest computes
+                    more = g + 1 < len(groups)
+                    out.append(dma_store(sram=p * nb * R, dram=bufs.c.addr + ((gi + p) * plan.tn + gj) * R * acc_wb,
+                                         words=nb * R, wait=led.queue_wait(SEM["C_READY"]),
+                                         signal=SEM["C_FREE"] if more else None))
+                    if more:
+                        led.signal(SEM["C_FREE"])
+        if ci == 0 and prev_stores is not None:
+            while waited < prev_stores[0]:  # stores of the group before this one not waited for yet
+                out.append(nop(wait=led.queue_wait(SEM["C_FREE"])))
+                waited += 1
+            prev_stores = None
+        if last:
+            if group_tail is not None:
+                out.extend(group_tail(g, gi, gj, na, nb, led, bufs))
+            prev_stores, waited = (na, nb), 0
+    out.extend(led.drain())
+    return out
+
+
+def _budget(cfg: ChipConfig, board, plan: GemmPlan, budget: int | None) -> int:
+    """A watchdog budget for the whole stream: four times its roofline bound, at least 1M cycles."""
+    if budget is not None:
+        return budget
+    traffic = plan_traffic(cfg, plan)
+    return 4 * max(plan.predicted_cycles(cfg), memory_cycles(board, traffic)) + 1_000_000
+
+
+def plan_traffic(cfg: ChipConfig, plan: GemmPlan) -> int:
+    """DRAM bytes a plan moves: A once per group column, B once per group row, C once."""
+    R, C = cfg.rows, cfg.cols
+    col_groups, row_groups = math.ceil(plan.tn / plan.gb), math.ceil(plan.tm / plan.ga)
+    return (plan.tm * R * plan.k * col_groups + plan.tn * C * plan.k * row_groups + plan.tm * plan.tn * R * C * 4)
+
+
+async def run_tile_groups(dev, plan: GemmPlan, a_words, b_words, out: np.ndarray, *, constraints: GemmConstraints,
+                          host: dict, budget: int | None = None, fp: tuple | None = None,
+                          group_tail: GroupTail | None = None, scratch_bytes: int = 0) -> GemmBuffers:
+    """The loop every GEMM-shaped kernel runs: operands into DRAM, one stream that DMAs every
+    chunk in and every tile row out (:func:`gemm_stream`), one wait, C back from DRAM into ``out``.
+
+    ``group_tail(g, gi, gj, na, nb, ledger, buffers)`` returns commands to queue right after a
+    group's last MATMULs (a fused kernel's REDUCE and its store into ``buffers.scratch``, of
+    ``scratch_bytes``).
+    """
+    bufs = stage_operands(dev, plan, a_words, b_words, fp, scratch_bytes)
+    fmt = Format.INT8 if fp is None else fp[0]
+    stream = gemm_stream(dev.config, plan, bufs, constraints, fmt=fmt,
+                         group_tail=group_tail)
+    host["commands"] += len(stream)
+    host["bytes_staged"] = host.get("bytes_staged", 0) + bufs.a.nbytes + bufs.b.nbytes
+    limit = _budget(dev.config, dev.board, plan, budget)
+    await dev.submit(stream, limit)
+    await dev.wait_idle(limit)
+    host["waits"] += 1
+    read_tiles(dev, bufs, plan, out)
+    return bufs
 
 
 def check_gemm_operands(a, b):
@@ -239,53 +478,37 @@ def check_gemm_operands(a, b):
     return a, b
 
 
-GroupHook = Callable[[int, int, int, int], Awaitable[None]]
-
-
-async def run_tile_groups(dev, plan: GemmPlan, a_words, b_words, out: np.ndarray, *, constraints: GemmConstraints,
-                          host: dict, budget: int | None = None, fp: tuple | None = None,
-                          after_queue: GroupHook | None = None, after_read: GroupHook | None = None) -> None:
-    """The tile-group loop every GEMM-shaped kernel runs: per group, load and queue every K chunk,
-    wait once, read the group's C tiles into ``out``.
-
-    ``after_queue(gi, gj, na, nb)`` runs right after a group's MATMULs are queued (a fused
-    kernel queues its own commands behind them, with no wait in between); ``after_read`` runs
-    once the group's C is back in ``out``.
-    """
-    for gi in range(0, plan.tm, plan.ga):
-        for gj in range(0, plan.tn, plan.gb):
-            na, nb = await _queue_group(dev, plan, a_words, b_words, gi, gj, host, budget, constraints, fp)
-            if after_queue is not None:
-                await after_queue(gi, gj, na, nb)
-            await dev.wait_idle(budget)
-            host["waits"] += 1
-            read_group(dev, out, gi, gj, na, nb)
-            if after_read is not None:
-                await after_read(gi, gj, na, nb)
-
-
 def new_host_counts() -> dict:
     return {"words_loaded": 0, "commands": 0, "waits": 0}
 
 
+def gemm_compulsory_bytes(m: int, n: int, k: int, operand_bytes: int = 1, result_bytes: int = 4) -> int:
+    """Each operand read once, each result written once."""
+    return (m * k + k * n) * operand_bytes + m * n * result_bytes
+
+
 async def gemm(dev: KernelDevice, a: np.ndarray, b: np.ndarray, *, mitigations: Mitigations, k_chunk: int | None = None,
-               budget_cycles: int | None = None) -> tuple[np.ndarray, KernelStats]:
+               budget_cycles: int | None = None, double_buffer: bool = True) -> tuple[np.ndarray, KernelStats]:
     """Run ``a @ b`` on the chip. Returns ``(c, stats)``; c is int32 with wrap-around.
 
+    The operands go into DRAM (host memory) and reach the chip only by DMA; C comes back by DMA.
     ``mitigations`` comes from ``workarounds.attach(dev, policy)``; ``k_chunk`` caps the K steps
-    per MATMUL (default: as many as the operand SRAMs hold).
+    per MATMUL (default: as many as one operand buffer holds). The planner double-buffers the
+    operand SRAMs where its schedule model says that pays; ``double_buffer=False`` forbids it, so
+    loads and MATMULs take turns (to measure what the overlap is worth).
     """
     a, b = check_gemm_operands(a, b)
     cfg: ChipConfig = dev.config
     m, k = a.shape
     n = b.shape[1]
-    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk)
+    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk, double_buffer=double_buffer, board=dev.board)
     a_words, b_words = prepare_operands(a, b, cfg, plan)
     out = np.zeros((plan.tm * cfg.rows, plan.tn * cfg.cols), np.int32)
     host = new_host_counts()
     extra = {"shape": [m, n, k], "useful_macs": m * n * k, "plan": plan.as_dict(),
-             "predicted_cycles": plan.predicted_cycles(cfg), "host": host}
-    async with Measure(dev, "gemm", ideal_cycles(cfg, m * n * k), extra) as meas:
+             "predicted_cycles": plan.predicted_cycles(cfg), "host": host, "double_buffer": plan.nbuf == 2}
+    async with Measure(dev, "gemm", ideal_cycles(cfg, m * n * k), extra,
+                       compulsory_bytes=gemm_compulsory_bytes(m, n, k)) as meas:
         await run_tile_groups(dev, plan, a_words, b_words, out, constraints=mitigations.gemm, host=host,
                               budget=budget_cycles)
         await dev.check_no_error()

@@ -22,7 +22,7 @@ from golden import quant
 from rtl.isa import BLOCK, Format
 from workarounds import Mitigations
 
-from .gemm import GEMM_UNITS, gemm, new_host_counts, plan_for, prepare_operands, run_tile_groups
+from .gemm import GEMM_UNITS, gemm, gemm_compulsory_bytes, new_host_counts, plan_for, prepare_operands, run_tile_groups
 from .layout import bytes_to_words
 from .roofline import ideal_cycles
 from .stats import KernelStats, Measure
@@ -98,7 +98,7 @@ async def mx_gemm_codes(dev: KernelDevice, a_codes, b_codes, a_scales, b_scales,
         if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or arr.shape != shape:
             raise ValueError(f"{name} must be uint8 E8M0 codes of shape {shape} (one per {BLOCK} K elements), "
                              f"got {getattr(arr, 'dtype', type(arr).__name__)} {getattr(arr, 'shape', '')}")
-    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk, block=BLOCK)
+    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk, block=BLOCK, board=dev.board)
     a_words, b_words = prepare_operands(a_codes.view(np.int8), b_codes.view(np.int8), cfg, plan)
     # scale words: per A panel and block, ROWS codes (byte i = row i); per B panel, COLS codes
     sa = np.full((plan.tm * cfg.rows, k // BLOCK), 127, np.uint8)
@@ -111,7 +111,10 @@ async def mx_gemm_codes(dev: KernelDevice, a_codes, b_codes, a_scales, b_scales,
     host = new_host_counts()
     chunks = [min(plan.kc, k - k0) for k0 in range(0, k, plan.kc)]
     extra = {"shape": [m, n, k], "format": fmt, "plan": plan.as_dict(), "chunks": chunks, "host": host}
-    async with Measure(dev, f"gemm_{fmt}", ideal_cycles(cfg, m * n * k), extra) as meas:
+    # compulsory: one byte per code (E2M1 codes too: the operand SRAMs hold a byte per element),
+    # one scale byte per block of each operand, fp32 out
+    async with Measure(dev, f"gemm_{fmt}", ideal_cycles(cfg, m * n * k), extra, useful_macs=m * n * k,
+                       compulsory_bytes=gemm_compulsory_bytes(m, n, k) + (m + n) * (k // BLOCK)) as meas:
         await run_tile_groups(dev, plan, a_words, b_words, out, constraints=mitigations.gemm, host=host,
                               budget=budget_cycles, fp=(FMT_CODES[fmt], sa_words, sb_words))
         await dev.check_no_error()

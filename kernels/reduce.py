@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rtl.isa import ReduceOp, reduce
+from rtl.isa import ReduceOp, dma_load, dma_store, reduce
 from rtl.memories import Region
 from workarounds import Mitigations, Unit
 
-from .layout import int32_to_words, words_to_int32
+from .dma_stream import SEM
 from .stats import KernelStats, Measure
 from .validate import check_matrix
 
@@ -54,16 +54,28 @@ async def _reduce_word_rows(dev, rows: list[np.ndarray], op: ReduceOp, host: dic
         if not batch:
             raise AssertionError("segment longer than the accumulator SRAM")
         await dev.wait_idle(budget)
-        src, cmds = 0, []
+        # The batch goes into DRAM (host memory), into ACC by one DMA, is reduced there, and its
+        # result words come back by one DMA: the REDUCEs wait for the load, the store for the
+        # last REDUCE.
+        dev.dram.reset()
+        words = np.concatenate(batch).astype("<i4")
+        src_buf = dev.dram.alloc(words.nbytes, "rows")
+        dst_buf = dev.dram.alloc(len(batch) * lanes * 4, "results")
+        dev.dram_write(src_buf, words)
+        host["bytes_staged"] = host.get("bytes_staged", 0) + words.nbytes
         dst0 = used
+        cmds = [dma_load(Region.ACC, sram=0, dram=src_buf.addr, words=used, signal=SEM["AUX"])]
+        src = 0
         for r, block in enumerate(batch):
-            host["words_loaded"] += dev.load_words(Region.ACC, src, int32_to_words(block))
-            cmds.append(reduce(op, src=src, count=len(block), dst=dst0 + r))
+            last = r == len(batch) - 1
+            cmds.append(reduce(op, src=src, count=len(block), dst=dst0 + r, wait=SEM["AUX"] if r == 0 else None,
+                               signal=SEM["AUX_FREE"] if last else None))
             src += len(block)
+        cmds.append(dma_store(sram=dst0, dram=dst_buf.addr, words=len(batch), wait=SEM["AUX_FREE"]))
         host["commands"] += len(cmds)
         await dev.submit(cmds, budget)
         await dev.wait_idle(budget)
-        out = words_to_int32(dev.read_words(Region.ACC, dst0, len(batch)), lanes)
+        out = dev.dram_read(dst_buf).view("<i4").reshape(len(batch), lanes).astype(np.int32)
         results.extend(out)
     return results
 
@@ -96,7 +108,10 @@ async def reduce_rows(dev: KernelDevice, x: np.ndarray, op: str, *, mitigations:
     padded[:, :cols] = x
     host = {"words_loaded": 0, "commands": 0, "rounds": 0}
     # Roof: the reduction unit consumes one accumulator word per cycle.
-    async with Measure(dev, "reduce", rows_n * wpr, {"shape": [rows_n, cols], "op": op, "host": host}) as meas:
+    # Compulsory DRAM traffic: the rows once in, one int32 per row out.
+    async with Measure(dev, "reduce", rows_n * wpr, {"shape": [rows_n, cols], "op": op, "host": host},
+                       compulsory_bytes=4 * rows_n * cols + 4 * rows_n, useful_macs=rows_n * cols,
+                       compute_cycles=rows_n * wpr) as meas:
         # Each row is a list of word blocks; rounds shrink long rows until one word is left.
         blocks = [padded[r].reshape(wpr, lanes) for r in range(rows_n)]
         while True:

@@ -1,24 +1,35 @@
-"""The roofline model: what a kernel would take on this chip if the engine never idled.
+"""The two-sided roofline: a compute roof and a memory roof, and which one binds a problem.
 
-The v1 chip has no DMA model: operands reach the SRAMs through the backdoor at no simulated
-cost, so the only roof is compute, ``ROWS * COLS`` int8 MACs per cycle. The *schedule* model
-adds what the hardware structurally costs: a MATMUL occupies the feed ``max(K, ROWS, COLS)``
-cycles, and each wait for idle drains the array (``ChipConfig.engine_drain_cycles``, the same
-constant the engine's drain counter is built from).
+* Compute roof: ``ROWS * COLS`` int8 MACs per cycle (``ideal_cycles``).
+* Memory roof: the board's sustained DRAM bytes per cycle (``BoardConfig.bytes_per_cycle``)
+  times the arithmetic intensity.
+
+For one problem on one chip, ``attainable_cycles`` = max(useful MACs / peak MACs per cycle,
+compulsory bytes / DRAM bytes per cycle): the limit of *this problem*, where the compulsory bytes
+read each operand once and write each result once, so a kernel that moves more than it must is
+not excused by its own traffic. ``bound`` names the larger term. The *schedule* model of the
+GEMM planner adds what the hardware structurally costs (a MATMUL occupies the feed
+``max(K, ROWS, COLS)`` cycles; a wait for idle drains the array, ``engine_drain_cycles``).
 """
 
 from __future__ import annotations
 
 import math
 
+from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 
-__all__ = ["ideal_cycles", "utilization", "drain_cycles"]
+__all__ = ["ideal_cycles", "utilization", "drain_cycles", "memory_cycles", "roofline_terms"]
 
 
 def ideal_cycles(config: ChipConfig, macs: int) -> int:
-    """Cycles at peak: useful MACs / (ROWS * COLS), rounded up."""
+    """Cycles at peak compute: useful MACs / (ROWS * COLS), rounded up."""
     return math.ceil(macs / config.peak_macs_per_cycle)
+
+
+def memory_cycles(board: BoardConfig, nbytes: int) -> int:
+    """Cycles to move ``nbytes`` at the DRAM's sustained bandwidth, rounded up."""
+    return math.ceil(nbytes * board.period / (board.beats * board.bus_bytes))
 
 
 def drain_cycles(config: ChipConfig) -> int:
@@ -27,3 +38,59 @@ def drain_cycles(config: ChipConfig) -> int:
 
 def utilization(ideal: int, measured: int) -> float:
     return ideal / measured if measured else 0.0
+
+
+def roofline_terms(config: ChipConfig, board: BoardConfig, *, useful_macs: int, compulsory_bytes: int,
+                   moved_bytes: int, cycles: int, engine_busy: int, dma_busy: int,
+                   compute_cycles: int | None = None) -> dict:
+    """The roofline keys every kernel's stats carry (the names scripts read from ``run --json``).
+
+    ``compute_cycles`` overrides the compute roof for a kernel whose unit is not the matrix
+    engine (a reduction: one accumulator word per cycle); ``useful_macs`` then counts its
+    useful operations (elements reduced), for the intensity."""
+    compute = ideal_cycles(config, useful_macs) if compute_cycles is None else compute_cycles
+    memory = memory_cycles(board, compulsory_bytes)
+    attainable = max(compute, memory)
+    busiest = max(engine_busy, dma_busy)
+    return {
+        "dram_bytes": moved_bytes,
+        "compulsory_bytes": compulsory_bytes,
+        "intensity": useful_macs / moved_bytes if moved_bytes else math.inf,
+        "compute_cycles": compute,
+        "memory_cycles": memory,
+        "attainable_cycles": attainable,
+        "bound": "compute" if compute >= memory else "memory",
+        "roof_utilization": attainable / cycles if cycles else 0.0,
+        "overlap": cycles / busiest if busiest else 0.0,
+        "ridge_point": board.ridge_point(config),
+        "dram_bytes_per_cycle": board.bytes_per_cycle,
+    }
+
+
+# The roofline keys of ``run --json`` (top level) and of every kernel's stats.
+ROOFLINE_KEYS = ("dram_bytes", "compulsory_bytes", "intensity", "attainable_cycles", "bound", "roof_utilization",
+                 "overlap")
+
+
+def explain(st: dict) -> str:
+    """One sentence: which roof binds, how close the kernel came, and where the rest went."""
+    bound, cycles, att = st["bound"], st["cycles"], st["attainable_cycles"]
+    head = (f"{bound}-bound (compute roof {st['compute_cycles']:,} cycles, memory roof {st['memory_cycles']:,}): "
+            f"{st['roof_utilization']:.0%} of the attainable {att:,} cycles")
+    if cycles <= att * 1.02:
+        return head + ", at the roof"
+    why = []
+    moved, comp = st["dram_bytes"], st["compulsory_bytes"]
+    if comp and moved > 1.05 * comp:
+        why.append(f"it moved {moved / comp:.2f}x the compulsory bytes (padding to the array, operands re-read "
+                   f"once per tile group)")
+    if st["overlap"] > 1.1:
+        why.append(f"DMA and compute overlapped only in part (cycles = {st['overlap']:.2f}x the busiest unit)")
+    fixed = st["dram"]["latency"] * 4 if st.get("dram") else 0
+    if att < 50 * max(fixed, 1):
+        why.append(f"a problem this small pays fixed costs (DRAM latency {st['dram']['latency']} cycles per "
+                   f"dependent load, the array's fill and drain) that do not shrink with it")
+    waits = st.get("wait_cycles") or {}
+    if waits.get("stream"):
+        why.append(f"the command stream waited {waits['stream']:,} cycles on semaphores")
+    return head + ("; " + "; ".join(why) if why else "")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from .roofline import utilization
+from .roofline import roofline_terms, utilization
 
 __all__ = ["KernelStats", "Measure"]
 
@@ -52,6 +52,27 @@ class KernelStats:
     errata_status: dict[str, str] = field(default_factory=dict)
     errata_warnings: list[str] = field(default_factory=list)
     stream_pass_insertions: dict[str, int] = field(default_factory=dict)
+    # the memory system and the two-sided roofline (kernels.roofline.roofline_terms)
+    dram_bytes: int | None = None  # moved, from DRAM_RD_BYTES + DRAM_WR_BYTES
+    dram_read_bytes: int | None = None
+    dram_write_bytes: int | None = None
+    compulsory_bytes: int | None = None
+    intensity: float | None = None
+    compute_cycles: int | None = None
+    memory_cycles: int | None = None
+    attainable_cycles: int | None = None
+    bound: str | None = None
+    roof_utilization: float | None = None
+    overlap: float | None = None
+    ridge_point: float | None = None
+    dram_bytes_per_cycle: float | None = None
+    dma_in_busy_cycles: int | None = None
+    dma_out_busy_cycles: int | None = None
+    dram_busy_cycles: int | None = None
+    wait_cycles: dict = field(default_factory=dict)  # per unit: cycles waiting on a semaphore
+    dma_engine_overlap_cycles: int | None = None
+    double_buffer: bool | None = None
+    dram: dict | None = None  # the board's DRAM (rtl.board.BoardConfig.as_dict)
 
     def add_errata(self, report: dict) -> None:
         for k, v in report.items():
@@ -70,6 +91,9 @@ class Measure:
     ideal: int
     extra: dict = field(default_factory=dict)
     stats: KernelStats | None = None
+    compulsory_bytes: int | None = None  # each operand read once, each result written once
+    useful_macs: int | None = None
+    compute_cycles: int | None = None  # a non-GEMM kernel's compute roof (else useful MACs / peak)
 
     async def __aenter__(self):
         self._sim0 = self.dev.timing.sim_s
@@ -101,6 +125,24 @@ class Measure:
             python_s=wall - sim,
             python_share=(wall - sim) / wall if wall > 0 else 0.0,
             sim_cycles_per_s=d["CYCLES"] / wall if wall > 0 else 0.0,
+            dram_read_bytes=d["DRAM_RD_BYTES"],
+            dram_write_bytes=d["DRAM_WR_BYTES"],
+            dma_in_busy_cycles=d["DMA_IN_BUSY"],
+            dma_out_busy_cycles=d["DMA_OUT_BUSY"],
+            dram_busy_cycles=d["DRAM_BUSY"],
+            wait_cycles={"stream": d["WAIT_EXEC"], "dma_in": d["WAIT_DMA_IN"], "dma_out": d["WAIT_DMA_OUT"]},
+            dma_engine_overlap_cycles=d["DMA_ENGINE_OVERLAP"],
+            dram=self.dev.board.as_dict(),
             **self.extra,
         )
+        if self.compulsory_bytes is not None:
+            macs = self.useful_macs if self.useful_macs is not None else self.extra.get("useful_macs", 0)
+            terms = roofline_terms(cfg, self.dev.board, useful_macs=macs, compulsory_bytes=self.compulsory_bytes,
+                                   moved_bytes=d["DRAM_RD_BYTES"] + d["DRAM_WR_BYTES"], cycles=d["CYCLES"],
+                                   engine_busy=d["ENGINE_BUSY"] + d["REDUCE_BUSY"],
+                                   # DMA busy: either direction (DRAM_BUSY: an AXI transaction in flight)
+                                   dma_busy=max(d["DMA_IN_BUSY"], d["DMA_OUT_BUSY"], d["DRAM_BUSY"]),
+                                   compute_cycles=self.compute_cycles)
+            for k, v in terms.items():
+                setattr(self.stats, k, v)
         return False

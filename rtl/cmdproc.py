@@ -9,8 +9,8 @@ goes on with the next command.
 
 Issue rules (in order, one command per cycle at most):
 NOP retires at once; MATMUL issues when the engine feed is free and the reduction unit is idle;
-REDUCE issues when both units are idle; FENCE retires when every unit (the DMA queues included)
-is idle; DMA_LOAD / DMA_STORE go into their unit's queue (with the queue's current strides) when
+REDUCE issues when both units are idle; FENCE retires when the engine and the reduction unit are
+idle (the DMA queues are ordered by semaphores, not by FENCE); DMA_LOAD / DMA_STORE go into their unit's queue (with the queue's current strides) when
 it has room; DMA_STRIDE retires at once. A command whose ``sync.wait`` is set issues only once
 its semaphore is above zero and takes one count; DMA commands wait at the head of their own
 queue instead, so a waiting DMA never holds up the stream.
@@ -307,7 +307,7 @@ class CommandProcessor(wiring.Component):
                         with m.If(stride_flags.queue == qq):
                             m.d.sync += [strides[qq][0].eq(cmd.arg0), strides[qq][1].eq(dram_addr)]
             with m.Elif(op == Opcode.FENCE):
-                m.d.comb += [exec_ready.eq(all_idle), retire.eq(all_idle & wait_ok), exec_sig.eq(retire)]
+                m.d.comb += [exec_ready.eq(units_idle), retire.eq(units_idle & wait_ok), exec_sig.eq(retire)]
             with m.Elif(op == Opcode.MATMUL):
                 m.d.comb += exec_ready.eq(self.mm_feed_ready & ~self.rd_busy)
                 m.d.comb += retire.eq(exec_ready & wait_ok)

@@ -280,7 +280,8 @@ def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0, wait: 
 
 
 def fence(tag: int = 0, *, wait: int | None = None, signal: int | None = None) -> int:
-    """FENCE: retires once every unit (the DMA queues included) is idle."""
+    """FENCE: retires once the matrix engine and the reduction unit are idle (DMA is ordered by
+    semaphores instead)."""
     return pack_command(Opcode.FENCE, tag=tag, sync=_sync_bits(wait, signal))
 
 

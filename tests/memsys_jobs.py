@@ -23,7 +23,7 @@ async def dma_roundtrip_job(dev, emit, seed: int, dram_base: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     cfg, board = dev.config, dev.board
     bad = []
-    src = rng.integers(0, 256, size=64 * 1024, dtype=np.uint8)
+    src = rng.integers(0, 256, size=48 * 1024, dtype=np.uint8)
     dev.dram_write(dram_base, src)
     for region in (Region.A, Region.B, Region.SA, Region.SB, Region.ACC):
         wb = dev.mem_width(region) // 8

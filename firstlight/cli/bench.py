@@ -1,18 +1,23 @@
-"""``firstlight bench``: the GEMM benchmark table (cycles, utilisation, simulator throughput)."""
+"""``firstlight bench``: the GEMM benchmark table (cycles, the two-sided roofline, the overlap of
+DMA and compute, simulator throughput)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from rich.text import Text
 
 from cosim.toolchain import SIMULATORS, SimulatorMissing, available_simulators
 from firstlight.errors import EXIT_FAIL, EXIT_HARNESS_ERROR, EXIT_OK, CannotStart, exit_codes_help
+from kernels.roofline import ROOFLINE_KEYS
 
 from .common import (
     FittedTable,
     add_array_option,
+    add_dram_options,
+    check_output_dir,
     add_formats_option,
     add_json_option,
     add_rev_option,
@@ -28,7 +33,7 @@ from .common import (
 
 __all__ = ["DEFAULT_SHAPES", "COLUMNS", "add_parser", "bench_table", "cmd"]
 
-DEFAULT_SHAPES = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256"]
+DEFAULT_SHAPES = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256", "4x512x512"]
 ICARUS_MAX_SIDE = 128  # Icarus is much slower: without --shapes it runs shapes of at most this side cubed MACs
 
 
@@ -48,6 +53,16 @@ def add_parser(subparsers) -> None:
     add_formats_option(b)
     add_seed_option(b)
     add_json_option(b)
+    add_dram_options(b)
+    b.add_argument("--buffering", choices=["double", "single", "both"], default="both",
+                   help="operand buffering of the GEMM planner: double (allowed: the planner double-buffers "
+                        "where its model says the overlap pays), single (forced: loads and MATMULs take turns), "
+                        "or both side by side so the overlap's worth is a measured number (default: both)")
+    b.add_argument("--no-double-buffer", dest="buffering", action="store_const", const="single",
+                   help="the same as --buffering single")
+    b.add_argument("--trace", type=Path, default=None, metavar="PATH",
+                   help="record the trace buffer of every run and write each as a Chrome trace next to PATH "
+                        "(PATH-<sim>-<shape>-<double|single>.json; open in ui.perfetto.dev)")
 
 
 def _parse_shape(text: str) -> list[int]:
@@ -62,10 +77,16 @@ def _parse_shape(text: str) -> list[int]:
 COLUMNS = (
     ("sim", "sim", str),
     ("shape", "shape", str),
+    ("buffers", "buffering", str),
     ("result", "passed", lambda p: Text("pass") if p else Text("FAIL", style="red")),
     ("cycles", "cycles", lambda v: f"{v:,}"),
-    ("ideal", "ideal_cycles", lambda v: f"{v:,}"),
-    ("util", "utilization", fmt_pct),
+    ("compulsory\nbytes", "compulsory_bytes", lambda v: f"{v:,}"),
+    ("moved\nbytes", "dram_bytes", lambda v: f"{v:,}"),
+    ("MACs\n/byte", "intensity", lambda v: f"{v:.1f}"),
+    ("bound", "bound", str),
+    ("attainable", "attainable_cycles", lambda v: f"{v:,}"),
+    ("roof\nutil", "roof_utilization", fmt_pct),
+    ("overlap", "overlap", lambda v: f"{v:.2f}"),
     ("sim\ncyc/s", "sim_cycles_per_s", lambda v: f"{v:,.0f}"),
     ("Python\nshare", "python_share", fmt_pct),
     ("kernel\nwall s", "wall_s", lambda v: f"{v:.2f}"),
@@ -89,6 +110,8 @@ def cmd(args) -> int:
         if isinstance(info, SimulatorMissing) and not args.sims:
             console.print(plain((f"skipping {s}: ", "yellow"), str(info)))
     variant = variant_from_args(args)
+    if args.trace is not None:
+        check_output_dir(args.trace.parent, "--trace")
     shapes_given = [_parse_shape(x) for x in (args.shapes or DEFAULT_SHAPES)]
 
     # imported once the arguments are known good, so that a bad one exits 2 quickly
@@ -97,8 +120,11 @@ def cmd(args) -> int:
     from firstlight.jobs import kernels as kernel_jobs
 
     cfg = variant.config
-    title = (f"GEMM on a {cfg.rows}x{cfg.cols} array, revision {args.rev} "
-             "(int8, bit-exact vs golden, errata mitigations on)")
+    board = variant.resolved_board
+    title = (f"GEMM on a {cfg.rows}x{cfg.cols} array, revision {args.rev}, DRAM {board.bytes_per_cycle:g} B/cycle "
+             f"latency {board.latency} (ridge {board.ridge_point(cfg):g} MACs/byte; int8, bit-exact vs golden, "
+             "errata mitigations on; overlap = cycles / max(engine busy, DMA busy))")
+    buffering = {"double": [True], "single": [False], "both": [True, False]}[args.buffering]
     rows, failed, harness = [], False, False
     for s in sims:
         shapes = shapes_given
@@ -107,7 +133,8 @@ def cmd(args) -> int:
         first = build_simulator(variant, sim=s)
         cached = build_simulator(variant, sim=s)
         try:
-            res = run_job(kernel_jobs.bench_job, {"shapes": shapes, "seed": args.seed, "errata_policy": {}},
+            res = run_job(kernel_jobs.bench_job, {"shapes": shapes, "seed": args.seed, "errata_policy": {},
+                                                  "double_buffer": buffering, "trace": args.trace is not None},
                           variant=variant, sim=s)
             recs = [r for r in res.records if r.get("type") == "bench"]
         except JobFailed as e:
@@ -120,11 +147,25 @@ def cmd(args) -> int:
             failed |= not r["passed"]
             row = {
                 "sim": s, "shape": "x".join(map(str, r["shape"])), "passed": r["passed"],
+                "buffering": (f"{st['plan']['nbuf']} (planner)" if r.get("double_buffer", True)
+                              else "1 (forced)"),
+                **{k: st[k] for k in ROOFLINE_KEYS}, "ridge_point": st["ridge_point"],
                 "cycles": st["cycles"], "ideal_cycles": st["ideal_cycles"], "utilization": st["utilization"],
                 "sim_cycles_per_s": st["sim_cycles_per_s"], "python_share": st["python_share"],
                 "wall_s": st["wall_s"], "build_first_s": first.first_build_s, "build_cached_s": cached.build_s,
             }
             rows.append(row)
+            if args.trace is not None and r.get("trace") is not None:
+                from firstlight.trace import Trace, write_chrome_trace
+
+                path = args.trace.with_name(f"{args.trace.stem}-{s}-{row['shape']}-"
+                                            f"{'double' if r.get('double_buffer', True) else 'single'}.json")
+                tr = Trace.from_summary(r["trace"])
+                write_chrome_trace(tr, path, meta={"command": "firstlight bench", "shape": row["shape"], "sim": s,
+                                                    "revision": st["revision"], "seed": args.seed})
+                console.print(plain(f"trace: {path} ({len(tr):,} events"
+                                    + (f", {tr.dropped:,} dropped: the trace buffer was full)" if tr.dropped else ")")),
+                              soft_wrap=True)
     console.print(bench_table(rows, title))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

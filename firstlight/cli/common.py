@@ -183,7 +183,61 @@ def variant_from_args(args: argparse.Namespace):
             cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)
         except ValueError as e:
             raise CannotStart(f"--sram-depth: {e}") from None
-    return Variant(config=cfg, revision=args.rev)
+    return Variant(config=cfg, revision=args.rev, board=board_from_args(args, cfg))
+
+
+def board_from_args(args: argparse.Namespace, cfg):
+    """The board (rtl/board.py) named by ``--dram-bw``, ``--dram-latency`` and ``--dram-size``,
+    checked against the chip before anything is built."""
+    from rtl.board import BoardConfig
+
+    kw = {}
+    if getattr(args, "dram_bw", None) is not None:
+        kw["bandwidth"] = args.dram_bw
+    if getattr(args, "dram_latency", None) is not None:
+        kw["latency"] = args.dram_latency
+    if getattr(args, "dram_size", None) is not None:
+        kw["dram_bytes"] = args.dram_size
+    board = BoardConfig(**kw)
+    try:
+        board.resolve(cfg)
+    except ValueError as e:
+        raise CannotStart(f"--dram-*: {e}") from None
+    return board
+
+
+def _bytes_per_cycle(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected bytes per cycle (a number such as 1 or 0.5), not {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"bandwidth must be above 0 bytes per cycle, not {text}")
+    return v
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20}
+    t = text.strip().lower().rstrip("ib")
+    mult = units.get(t[-1:], 1)
+    try:
+        return int(t[:-1] if mult > 1 else t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 1048576, 1M or 256K, not {text!r}") from None
+
+
+def add_dram_options(p: argparse.ArgumentParser) -> None:
+    """``--dram-bw``, ``--dram-latency``, ``--dram-size``: the board's DRAM (board_from_args)."""
+    from rtl.board import RIDGE_MACS_PER_BYTE
+
+    p.add_argument("--dram-bw", type=_bytes_per_cycle, default=None, metavar="BYTES_PER_CYCLE",
+                   help="sustained DRAM bandwidth, reads and writes together (default: peak MACs per cycle / "
+                        f"{RIDGE_MACS_PER_BYTE}, a ridge point of {RIDGE_MACS_PER_BYTE} MACs per byte: 1 B/cycle "
+                        "on 4x4); at most one bus beat per cycle")
+    p.add_argument("--dram-latency", type=positive, default=None, metavar="CYCLES",
+                   help="cycles from a read address to its first data beat (default: 32)")
+    p.add_argument("--dram-size", type=_size, default=None, metavar="BYTES",
+                   help="DRAM size, a power of two from 4K to 16M (default: 1M)")
 
 
 def add_sram_depth_option(p: argparse.ArgumentParser) -> None:

@@ -10,10 +10,12 @@ from pathlib import Path
 from rich.table import Table
 
 from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, exit_codes_help
+from kernels.roofline import ROOFLINE_KEYS, explain
 
 from .common import (
     DEFAULT_SIM,
     add_array_option,
+    add_dram_options,
     add_formats_option,
     add_json_option,
     add_rev_option,
@@ -45,11 +47,16 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--waves", action="store_true",
                    help="record a waveform of the run and print its path (VCD on Verilator, FST on Icarus)")
     p.add_argument("--extremes", action="store_true", help="draw operands from the extreme values only")
+    p.add_argument("--trace", type=Path, default=None, metavar="PATH",
+                   help="record the chip's trace buffer and write it as a Chrome trace (open in ui.perfetto.dev "
+                        "or chrome://tracing): one track per unit (DMA in, DMA out, matrix engine, reduction unit, "
+                        "command stream)")
     add_rev_option(p, help="silicon revision to build: A0 (default), A1, B0; "
                    "the kernels read REV from the chip and apply that revision's mitigations")
     p.add_argument("--errata-policy", action="append", default=[], metavar="ID=auto|on|off",
                    help="override one erratum's mitigation (repeatable), e.g. FL-ME-002=off")
     add_formats_option(p)
+    add_dram_options(p)
     uses_build_cache(p)
 
 
@@ -63,6 +70,9 @@ def add_parser(subparsers) -> None:
     g.add_argument("--m", type=positive, required=True, help="rows of A and C")
     g.add_argument("--n", type=positive, required=True, help="columns of B and C")
     g.add_argument("--k", type=positive, required=True, help="inner dimension")
+    g.add_argument("--no-double-buffer", dest="double_buffer", action="store_false",
+                   help="one operand buffer: DMA and MATMULs take turns instead of overlapping (to measure the "
+                        "overlap's worth)")
     _add_run_options(g)
     r = run_sub.add_parser("reduce", help="int32 row reduction (sum wraps modulo 2**32)", epilog=EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -95,12 +105,15 @@ def cmd(args) -> int:
     from firstlight.jobs import kernels as kernel_jobs
 
     if args.kernel == "gemm":
-        job, kwargs = kernel_jobs.gemm_job, {"m": args.m, "n": args.n, "k": args.k}
+        job, kwargs = kernel_jobs.gemm_job, {"m": args.m, "n": args.n, "k": args.k,
+                                             "double_buffer": args.double_buffer}
         shape = f"{args.m}x{args.n}x{args.k}"
     else:
         job, kwargs = kernel_jobs.reduce_job, {"rows": args.rows, "cols": args.cols, "op": args.op}
         shape = f"{args.rows}x{args.cols} {args.op}"
-    kwargs.update(seed=args.seed, extremes=args.extremes, errata_policy=policy)
+    kwargs.update(seed=args.seed, extremes=args.extremes, errata_policy=policy, trace=args.trace is not None)
+    if args.trace is not None:
+        check_output_dir(args.trace.parent if str(args.trace.parent) else Path("."), "--trace")
     cfg = variant.config
     console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "
                         f"{args.sim}, revision {args.rev}, seed {args.seed}"))
@@ -130,6 +143,8 @@ def cmd(args) -> int:
         "wall_s": st["wall_s"],
         "python_share": st["python_share"],
         "sim_cycles_per_s": st["sim_cycles_per_s"],
+        # the two-sided roofline (kernels/roofline.py); scripts depend on these names
+        **{key: st.get(key) for key in ROOFLINE_KEYS},
         "mitigations": st.get("mitigations", []),
         "errata_status": st.get("errata_status", {}),
         "errata_warnings": st.get("errata_warnings", []),
@@ -145,7 +160,16 @@ def cmd(args) -> int:
     t.add_row(*cells("cycles", f"{st['cycles']:,}"))
     t.add_row(*cells("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
                      if args.kernel == "gemm" else f"{st['ideal_cycles']:,}  (one accumulator word per cycle)"))
-    t.add_row(*cells("utilisation", fmt_pct(st["utilization"])))
+    t.add_row(*cells("utilisation", fmt_pct(st["utilization"]) + "  (of the compute roof)"))
+    board = st["dram"]
+    t.add_row(*cells("DRAM", f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, "
+                     f"{board['bus_bytes']}-byte bus (ridge point {st['ridge_point']:g} MACs/byte)"
+                     if args.kernel == "gemm" else
+                     f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, {board['bus_bytes']}-byte bus"))
+    t.add_row(*cells("DRAM bytes", f"{st['dram_bytes']:,} moved, {st['compulsory_bytes']:,} compulsory"))
+    t.add_row(*cells("roofline", f"{st['bound']}-bound: attainable {st['attainable_cycles']:,} cycles, "
+                     f"{fmt_pct(st['roof_utilization'])} of it; overlap {st['overlap']:.2f}"))
+    t.add_row(*cells("why", explain(st)))
     t.add_row(*cells("kernel wall time", f"{st['wall_s']:.3f} s  (Python {fmt_pct(st['python_share'])})"))
     t.add_row(*cells("simulated cycles/s", f"{st['sim_cycles_per_s']:,.0f}"))
     t.add_row(*cells("build", f"{res.build.build_s:.2f} s ({'cached' if res.build.cache_hit else 'compiled'})"))
@@ -161,6 +185,16 @@ def cmd(args) -> int:
         err_console.print(plain((f"no waveform file found in {work}", "yellow")))
     for w in st.get("errata_warnings", []):
         err_console.print(plain(("WARNING: ", "bold red"), w))
+    if args.trace is not None and v.get("trace") is not None:
+        from firstlight.trace import Trace, write_chrome_trace
+
+        tr = Trace.from_summary(v["trace"])
+        write_chrome_trace(tr, args.trace, meta={"command": f"firstlight run {args.kernel} {shape}",
+                                                  "revision": st["revision"], "sim": args.sim, "seed": args.seed,
+                                                  "array": st["array"], "dram": st["dram"]})
+        note = f", {tr.dropped:,} more dropped: the trace buffer was full" if tr.dropped else ""
+        console.print(plain(f"trace: {args.trace} ({len(tr):,} events{note})"), soft_wrap=True)
+        out["trace"] = str(args.trace)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))
