@@ -14,8 +14,11 @@ from rtl.isa import nop
 
 __all__ = ["SEM", "Ledger"]
 
-# The GEMM family's semaphores. LOADED/FREE are per operand buffer (double buffering).
-SEM = {"LOADED0": 0, "LOADED1": 1, "FREE0": 2, "FREE1": 3, "C_READY": 4, "C_FREE": 5, "AUX": 6, "AUX_FREE": 7}
+# The GEMM family's semaphores. The DMA queues and the engine each complete in order, so one
+# counting semaphore per purpose pairs the k-th wait with the k-th signal: LOADED (a chunk's loads
+# have landed), FREE (a chunk's MATMULs are done with its buffers), C_READY (a tile row's last
+# MATMUL is done), C_FREE (its store has read it), AUX/AUX_FREE (a fused kernel's own).
+SEM = {"LOADED": 0, "FREE": 1, "C_READY": 4, "C_FREE": 5, "AUX": 6, "AUX_FREE": 7}
 assert len(set(SEM.values())) == len(SEM) <= SEMAPHORES
 
 

@@ -310,10 +310,15 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
 
     Per K chunk: 2D loads of the group's A and B panels (and scales) into one of two operand
     buffers, issued one chunk ahead so they overlap the MATMULs of the chunk before; the chunk's
-    MATMULs wait for their buffer's LOADED semaphore and the last one frees the buffer. In a
+    MATMULs wait for LOADED and the last one signals FREE once a later load will overwrite its
+    buffers (the units complete in order, so one counting semaphore serves each purpose). In a
     group's last chunk the last MATMUL of each tile row signals C_READY and that tile row is
     stored at once; the next group's first MATMUL on an accumulator slot waits for the store that
     empties it (C_FREE). With one buffer (``plan.nbuf == 1``) loads and MATMULs take turns.
+
+    Groups go in snake order (along N, then back) and, for int8, every other group walks K
+    backwards, so two groups in a row share their boundary chunk's A or B panels: that operand is
+    not loaded again. (The FP path keeps K ascending: its golden rounds per chunk in K order.)
     """
     R, C = cfg.rows, cfg.cols
     acc_wb = 4 * C
@@ -327,10 +332,31 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
     spp = -(-plan.kc // BLOCK)
     K = plan.k
     fp = fmt != Format.INT8
-    groups = [(gi, gj, min(plan.ga, plan.tm - gi), min(plan.gb, plan.tn - gj))
-              for gi in range(0, plan.tm, plan.ga) for gj in range(0, plan.tn, plan.gb)]
-    chunks = [(g, ci, k0, min(plan.kc, K - k0), k0 + plan.kc >= K)
-              for g in range(len(groups)) for ci, k0 in enumerate(range(0, K, plan.kc))]
+    groups = []
+    for row, gi in enumerate(range(0, plan.tm, plan.ga)):
+        cols = list(range(0, plan.tn, plan.gb))
+        for gj in (cols[::-1] if row % 2 else cols):
+            groups.append((gi, gj, min(plan.ga, plan.tm - gi), min(plan.gb, plan.tn - gj)))
+    k0s = list(range(0, K, plan.kc))
+    chunks = []  # (group, position in the group's K walk, k0, steps, last of the group)
+    for g in range(len(groups)):
+        order = k0s[::-1] if g % 2 and not fp else k0s
+        chunks += [(g, ci, k0, min(plan.kc, K - k0), ci == len(order) - 1) for ci, k0 in enumerate(order)]
+    # which operand buffer each chunk reads, and whether it must load it (or reuses the last chunk's)
+    a_buf, b_buf, load_a, load_b = [], [], [], []
+    for idx, (g, _ci, k0, _kc, _last) in enumerate(chunks):
+        gi, gj = groups[g][0], groups[g][1]
+        if idx:
+            pg, _, pk0, _, _ = chunks[idx - 1]
+            same_a = (groups[pg][0], pk0) == (gi, k0) and not fp
+            same_b = (groups[pg][1], pk0) == (gj, k0) and not fp
+        else:
+            same_a = same_b = False
+        load_a.append(not same_a)
+        load_b.append(not same_b)
+        a_buf.append(a_buf[-1] if same_a else (a_buf[-1] + 1) % nbuf if idx else 0)
+        b_buf.append(b_buf[-1] if same_b else (b_buf[-1] + 1) % nbuf if idx else 0)
+
     led = Ledger()
     out: list[int] = []
     strides: dict = {}
@@ -341,51 +367,50 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
             strides[q] = (s, d)
 
     def loads(idx: int) -> None:
-        g, ci, k0, kc, _last = chunks[idx]
+        """The loads of chunk ``idx``: the first waits until the chunk that last read those buffers
+        is done (the chunk ``nbuf`` back: the units finish in order), the last signals LOADED."""
+        g, _ci, k0, kc, _last = chunks[idx]
         gi, gj, na, nb = groups[g]
-        buf = idx % nbuf
-        wait = led.queue_wait(SEM[f"FREE{buf}"]) if idx >= nbuf else None
+        ab, bb = a_buf[idx], b_buf[idx]
         cmds = []
-        stride(DmaQueue.LOAD, a_stride, K * R)
-        cmds.append(lambda w, s: dma_load(Region.A, sram=buf * cap_a, dram=bufs.a.addr + (gi * K + k0) * R, words=kc,
-                                          rows=na, wait=w, signal=s))
-        if stale:  # FL-ME-002: each panel's first word again right after it
-            cmds.append(lambda w, s: dma_load(Region.A, sram=buf * cap_a + kc, dram=bufs.a.addr + (gi * K + k0) * R,
-                                              words=1, rows=na, wait=w, signal=s))
-        emitted = []
-        for i, mk in enumerate(cmds):
-            emitted.append(mk(wait if i == 0 else None, None))
-        out.extend(emitted)
-        stride(DmaQueue.LOAD, plan.kc, K * C)
-        tail = []
-        tail.append(lambda s: dma_load(Region.B, sram=buf * cap_b, dram=bufs.b.addr + (gj * K + k0) * C, words=kc,
-                                       rows=nb, signal=s))
-        if fp:
-            b0, nblk = k0 // BLOCK, -(-kc // BLOCK)
-            out.append(tail.pop()(None))
-            stride(DmaQueue.LOAD, spp, bufs.blocks * R)
-            out.append(dma_load(Region.SA, sram=buf * cap_s, dram=bufs.sa.addr + (gi * bufs.blocks + b0) * R,
-                                words=nblk, rows=na))
-            stride(DmaQueue.LOAD, spp, bufs.blocks * C)
-            out.append(dma_load(Region.SB, sram=buf * cap_s, dram=bufs.sb.addr + (gj * bufs.blocks + b0) * C,
-                                words=nblk, rows=nb, signal=SEM[f"LOADED{buf}"]))
-        else:
-            out.append(tail.pop()(SEM[f"LOADED{buf}"]))
-        led.signal(SEM[f"LOADED{buf}"])
+        if load_a[idx]:
+            at = bufs.a.addr + (gi * K + k0) * R
+            cmds.append(((a_stride, K * R), dict(region=Region.A, sram=ab * cap_a, dram=at, words=kc, rows=na)))
+            if stale:  # FL-ME-002: each panel's first word again right after it
+                cmds.append(((a_stride, K * R), dict(region=Region.A, sram=ab * cap_a + kc, dram=at, words=1, rows=na)))
+            if fp:
+                b0, nblk = k0 // BLOCK, -(-kc // BLOCK)
+                cmds.append(((spp, bufs.blocks * R), dict(region=Region.SA, sram=ab * cap_s, words=nblk, rows=na,
+                                                          dram=bufs.sa.addr + (gi * bufs.blocks + b0) * R)))
+        if load_b[idx]:
+            cmds.append(((plan.kc, K * C), dict(region=Region.B, sram=bb * cap_b, dram=bufs.b.addr + (gj * K + k0) * C,
+                                                words=kc, rows=nb)))
+            if fp:
+                b0, nblk = k0 // BLOCK, -(-kc // BLOCK)
+                cmds.append(((spp, bufs.blocks * C), dict(region=Region.SB, sram=bb * cap_s, words=nblk, rows=nb,
+                                                          dram=bufs.sb.addr + (gj * bufs.blocks + b0) * C)))
+        wait = led.queue_wait(SEM["FREE"]) if idx >= nbuf and frees_needed[idx - nbuf] else None
+        for i, ((ss, ds), kw) in enumerate(cmds):
+            stride(DmaQueue.LOAD, ss, ds)
+            region = kw.pop("region")
+            last = i == len(cmds) - 1
+            out.append(dma_load(region, **kw, wait=wait if i == 0 else None, signal=SEM["LOADED"] if last else None))
+        led.signal(SEM["LOADED"])
 
+    # chunk i's last MATMUL signals FREE when the chunk nbuf later loads into a buffer it read
+    frees_needed = [i + nbuf < len(chunks) for i in range(len(chunks))]
     prev_stores: tuple[int, int] | None = None  # (tile rows, tiles per row) of the group before
     waited = 0
     if nbuf == 2:
         loads(0)
     for idx, (g, ci, k0, kc, last) in enumerate(chunks):
         gi, gj, na, nb = groups[g]
-        buf = idx % nbuf
         if nbuf == 2 and idx + 1 < len(chunks):
             loads(idx + 1)
         elif nbuf == 1:
             loads(idx)
-        out.append(nop(wait=led.stream_wait(SEM[f"LOADED{buf}"])))
-        frees = idx + nbuf < len(chunks) or nbuf == 1 and idx + 1 < len(chunks)
+        out.append(nop(wait=led.stream_wait(SEM["LOADED"])))
+        ab, bb = a_buf[idx], b_buf[idx]
         for p in range(na):
             if stale and p:
                 out.append(_FENCE)
@@ -403,12 +428,12 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
                             out.append(nop(wait=sem))
                         waited += 1
                 sig = sig2 = None
-                if q == nb - 1 and p == na - 1 and frees:
-                    sig = SEM[f"FREE{buf}"]
+                if q == nb - 1 and p == na - 1 and frees_needed[idx]:
+                    sig = SEM["FREE"]
                 if last and q == nb - 1:
                     sig2 = SEM["C_READY"]
-                scales = {"sa": buf * cap_s + p * spp, "sb": buf * cap_s + q * spp} if fp else {}
-                out.append(matmul(a=buf * cap_a + p * a_stride, b=buf * cap_b + q * plan.kc, c=slot * R, k=kc,
+                scales = {"sa": ab * cap_s + p * spp, "sb": bb * cap_s + q * spp} if fp else {}
+                out.append(matmul(a=ab * cap_a + p * a_stride, b=bb * cap_b + q * plan.kc, c=slot * R, k=kc,
                                   accumulate=ci > 0, fmt=fmt, wait=wait, signal=sig, signal2=sig2, **scales))
                 led.signal(sig, sig2)
                 if last and q == nb - 1:  # this tile row is complete: store it while the rest computes
