@@ -24,7 +24,7 @@ from firstlight.errors import (
     interrupt_signals,
 )
 
-from . import bench, bringup, errata, faults, numerics, run
+from . import bench, bringup, errata, faults, numerics, roofline, run
 from .common import check_outputs, console, err_console
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # In the order ``firstlight --help`` lists them.
-COMMANDS = (run, bench, bringup, faults, numerics, errata)
+COMMANDS = (run, bench, roofline, bringup, faults, numerics, errata)
 
 EPILOG = """\
 examples:
