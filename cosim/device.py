@@ -20,7 +20,7 @@ import numpy as np
 from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 from rtl.csr_map import ID_MAGIC, PERF_COUNTERS, REG, SEMAPHORES, UNITS_THAT_WAIT, register
-from rtl.dram import DRAM_INSTANCE
+from rtl.dram import DRAM_INSTANCE, ROW_BYTES
 from rtl.isa import ErrCode, Opcode, unpack_command
 from rtl.memories import MEMORIES, Region, memory
 from rtl.revisions import revision_name
@@ -155,13 +155,6 @@ class _Backdoor:
         return out
 
 
-def _beats_of(raw: np.ndarray, bb: int) -> list[int]:
-    """Little-endian ``bb``-byte beats of a byte array, as ints."""
-    if bb in (2, 4, 8):
-        return raw.view(f"<u{bb}").tolist()
-    return [int.from_bytes(raw[i:i + bb].tobytes(), "little") for i in range(0, len(raw), bb)]
-
-
 class Device:
     """An opened chip. Use ``dev = await Device.open(tb)``.
 
@@ -229,7 +222,8 @@ class Device:
         b = self.board
         self.dram = DramAllocator(b.dram_bytes, b.bus_bytes)
         dram = getattr(self.tb.dut, "dram", None)  # absent when cocotb serves the AXI port itself
-        self._dram_mem = None if dram is None else _Backdoor(getattr(dram, DRAM_INSTANCE), b.bus_bits, b.words)
+        self._dram_mem = (None if dram is None
+                          else _Backdoor(getattr(dram, DRAM_INSTANCE), 8 * ROW_BYTES, b.dram_bytes // ROW_BYTES))
 
     # ---- DRAM: host memory, through the backdoor ------------------------------------------
     def _dram_range(self, addr: int, nbytes: int) -> None:
@@ -247,13 +241,21 @@ class Device:
         addr = addr.addr if isinstance(addr, Buffer) else addr
         raw = np.frombuffer(data.tobytes() if isinstance(data, np.ndarray) else bytes(data), np.uint8)
         bb = self.board.bus_bytes
-        pad = (-len(raw)) % bb
-        if pad:
-            raw = np.concatenate([raw, np.zeros(pad, np.uint8)])
-        self._dram_range(addr, len(raw))
-        words = _beats_of(raw, bb)
-        self._dram_mem.write(addr // bb, words)
-        return len(raw) - pad
+        n = len(raw)
+        padded = -(-n // bb) * bb
+        self._dram_range(addr, padded)
+        first, end = addr // ROW_BYTES, -(-(addr + padded) // ROW_BYTES)
+        rows = np.frombuffer(self._dram_rows(first, end - first), np.uint8).copy()  # keep the bytes around it
+        off = addr - first * ROW_BYTES
+        rows[off:off + n] = raw
+        if padded > n:
+            rows[off + n:off + padded] = 0
+        self._dram_mem.write(first, [int.from_bytes(rows[i:i + ROW_BYTES].tobytes(), "little")
+                                     for i in range(0, len(rows), ROW_BYTES)])
+        return n
+
+    def _dram_rows(self, first: int, count: int) -> bytes:
+        return b"".join(int(w).to_bytes(ROW_BYTES, "little") for w in self._dram_mem.read(first, count))
 
     def dram_read(self, addr: int | Buffer, nbytes: int | None = None) -> np.ndarray:
         """Read ``nbytes`` of DRAM (default: the whole buffer) as a uint8 array."""
@@ -261,14 +263,11 @@ class Device:
             nbytes = addr.nbytes if nbytes is None else nbytes
             addr = addr.addr
         bb = self.board.bus_bytes
-        whole = -(-nbytes // bb) * bb
-        self._dram_range(addr, whole)
-        words = self._dram_mem.read(addr // bb, whole // bb)
-        if bb <= 8:
-            out = np.array(words, dtype=np.uint64).astype(f"<u{bb}" if bb in (2, 4, 8) else np.uint64).view(np.uint8)
-        else:
-            out = np.frombuffer(b"".join(int(w).to_bytes(bb, "little") for w in words), np.uint8)
-        return out[:nbytes].copy()
+        self._dram_range(addr, -(-nbytes // bb) * bb)
+        first, end = addr // ROW_BYTES, -(-(addr + nbytes) // ROW_BYTES)
+        rows = np.frombuffer(self._dram_rows(first, end - first), np.uint8)
+        off = addr - first * ROW_BYTES
+        return rows[off:off + nbytes].copy()
 
     @property
     def revision(self) -> str:
@@ -372,23 +371,28 @@ class Device:
         budget = self.default_budget() if budget_cycles is None else budget_cycles
         head = None  # the chip's CMDQ_HEAD as last read
         i = 0
-        poll = 64
         since = self.now_cycles()
+        rate = None  # ring entries the chip takes per cycle, as last measured
         while i < len(commands):
             want = min(len(commands) - i, max(1, depth // 8))
             free = depth - 1 - ((self._tail - head) % depth) if head is not None else 0
             if free < want:
+                now = self.now_cycles()
                 new_head = await self.read_csr("CMDQ_HEAD")
+                if head is not None and new_head != head and now > since:
+                    rate = ((new_head - head) % depth) / (now - since)
                 if new_head != head:
-                    head, since, poll = new_head, self.now_cycles(), 64
+                    head, since = new_head, now
                 free = depth - 1 - ((self._tail - head) % depth)
                 if free < want:
                     if self.now_cycles() - since > budget:
                         dump = await self.dump_state()
                         raise DeviceTimeout(f"watchdog: the chip took no command from the ring for {budget} cycles"
                                             "\n" + self.format_dump(dump), dump)
-                    await self._timed(self.tb.wait_cycles(poll))
-                    poll = min(poll * 2, 4096)
+                    # sleep about as long as the chip needs to free `want` entries at its last rate
+                    # (one poll per ring-eighth instead of a doubling series of reads)
+                    cycles = 64 if not rate else int((want - free) / rate)
+                    await self._timed(self.tb.wait_cycles(min(max(cycles, 16), 1 << 16)))
                     continue
             chunk = commands[i:i + free]
             first = self._tail

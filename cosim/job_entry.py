@@ -8,6 +8,7 @@ file as it goes, so whatever was reported survives a later crash or watchdog exp
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -46,6 +47,11 @@ def _jsonable(o):
 
 @cocotb.test()
 async def firstlight_job(dut):
+    # Everything imported so far lives as long as the process: keep the cyclic collector off it,
+    # and collect less often (a kernel allocates many short-lived handle and command objects).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
     spec = json.loads(Path(os.environ["FIRSTLIGHT_JOB"]).read_text())
     emit = Emitter(Path(spec["records"]))
     try:

@@ -92,24 +92,31 @@ class GemmPlan:
         """
         R, C = config.rows, config.cols
         bw = bytes_per_cycle * _DMA_EFFICIENCY
-        groups = [(min(self.ga, self.tm - gi), min(self.gb, self.tn - gj))
-                  for gi in range(0, self.tm, self.ga) for gj in range(0, self.tn, self.gb)]
+        rows = [min(self.ga, self.tm - gi) for gi in range(0, self.tm, self.ga)]
+        cols = [min(self.gb, self.tn - gj) for gj in range(0, self.tn, self.gb)]
+        kinds: dict = {}  # group shape -> how many (at most four shapes: full and edge groups)
+        for na in rows:
+            for nb in cols:
+                kinds[(na, nb)] = kinds.get((na, nb), 0) + 1
+        last_shape = (rows[-1], cols[-1])
         step = max(min(self.kc, self.k), config.min_matmul_cycles)
         total = 0.0
-        for i, (na, nb) in enumerate(groups):
+        for (na, nb), count in kinds.items():
             tiles = na * nb
             chunk = tiles * step  # MATMUL cycles of one chunk
             compute = chunk * self.chunks
             chunk_load = (na * R + nb * C) * min(self.kc, self.k)
             stores = tiles * R * C * 4
-            last = i == len(groups) - 1
-            if self.nbuf == 2:
-                busy = max(compute, (chunk_load * self.chunks + stores) / bw)
-                window, demand = (chunk, stores) if last else (2 * chunk, stores + 2 * chunk_load)
-            else:
-                busy = self.chunks * (chunk_load / bw + latency + chunk)
-                window, demand = chunk, stores
-            total += busy + max(0.0, demand / bw - window)
+            for last, n in ((False, count - ((na, nb) == last_shape)), (True, int((na, nb) == last_shape))):
+                if not n:
+                    continue
+                if self.nbuf == 2:
+                    busy = max(compute, (chunk_load * self.chunks + stores) / bw)
+                    window, demand = (chunk, stores) if last else (2 * chunk, stores + 2 * chunk_load)
+                else:
+                    busy = self.chunks * (chunk_load / bw + latency + chunk)
+                    window, demand = chunk, stores
+                total += n * (busy + max(0.0, demand / bw - window))
         return total
 
     def host_words(self) -> int:
@@ -412,7 +419,7 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
         out.append(nop(wait=led.stream_wait(SEM["LOADED"])))
         ab, bb = a_buf[idx], b_buf[idx]
         for p in range(na):
-            if stale and p:
+            if stale:  # FL-ME-002: a gap before every panel change, the chunk's first included
                 out.append(_FENCE)
             for q in range(nb):
                 slot = p * nb + q

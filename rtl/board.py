@@ -91,10 +91,6 @@ class BoardConfig:
     def bytes_per_cycle(self) -> float:
         return self.beats * self.bus_bytes / self.period
 
-    @property
-    def words(self) -> int:
-        """Bus-wide words in the DRAM array (what the backdoor indexes)."""
-        return self.dram_bytes // self.bus_bytes
 
     def ridge_point(self, chip: ChipConfig) -> float:
         """Peak MACs per DRAM byte: kernels below this intensity are memory-bound."""

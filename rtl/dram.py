@@ -2,8 +2,9 @@
 
 Built from a resolved :class:`~rtl.board.BoardConfig`:
 
-* **Array.** ``dram_bytes / bus_bytes`` words of one bus beat each (``dram_mem``, the array the
-  host backdoor opens: DRAM is host memory, filled and read like a pinned buffer). Addresses
+* **Array.** ``dram_bytes / ROW_BYTES`` rows of :data:`ROW_BYTES` bytes (``dram_mem``, the array
+  the host backdoor opens: DRAM is host memory, filled and read like a pinned buffer); a beat is
+  one bus-wide slice of a row, little endian. Addresses
   wrap modulo the size (the DMA refuses descriptors past the end before they reach the bus).
 * **Latency.** A read address accepted at cycle ``t`` returns its first beat no earlier than
   ``t + latency``; up to :data:`OUTSTANDING` read bursts are in flight at once, so a stream of
@@ -24,10 +25,13 @@ from .axi import axi_members
 from .board import PAGE_BYTES, BoardConfig
 from .config import log2
 
-__all__ = ["Dram", "OUTSTANDING", "DRAM_INSTANCE"]
+__all__ = ["Dram", "OUTSTANDING", "DRAM_INSTANCE", "ROW_BYTES"]
 
 OUTSTANDING = 4  # read bursts (and write addresses) the DRAM queues
 DRAM_INSTANCE = "dram_mem"  # the Verilog array of the DRAM (host backdoor)
+# The array holds 32-byte rows (8 beats of a 4-byte bus): the host backdoor opens one simulator
+# handle per row, and a million-word array of single beats cost seconds of handle lookups.
+ROW_BYTES = 32
 
 
 class Dram(wiring.Component):
@@ -43,13 +47,22 @@ class Dram(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         b = self.board
-        nbytes, depth = b.bus_bytes, b.words
+        nbytes = b.bus_bytes
+        depth = b.dram_bytes // ROW_BYTES
+        per_row = ROW_BYTES // nbytes
         shift = log2(nbytes)
+        row_shift = log2(ROW_BYTES)
 
-        mem = memory.Memory(shape=b.bus_bits, depth=depth, init=[])
+        mem = memory.Memory(shape=8 * ROW_BYTES, depth=depth, init=[])
         m.submodules[DRAM_INSTANCE] = mem
         rp = mem.read_port()
         wp = mem.write_port(granularity=8)
+
+        def row_of(addr):
+            return (addr >> row_shift)[:log2(depth)]
+
+        def beat_of(addr):  # which beat of its row an address is
+            return (addr >> shift)[:max(1, log2(per_row))] if per_row > 1 else 0
 
         now = Signal(32)
         m.d.sync += now.eq(now + 1)
@@ -93,14 +106,17 @@ class Dram(wiring.Component):
         want_rd = r_active & (~rvalid | self.axi_rready)
         want_wr = Signal()
         m.d.comb += rd_beat.eq(want_rd & have_token & (~want_wr | ~prefer_write | (tokens > 1)))
-        m.d.comb += [rp.addr.eq((r_addr >> shift)[:log2(depth)]), rp.en.eq(rd_beat)]
+        r_sel = Signal(range(per_row))  # the beat of the row being read (held with the data)
+        m.d.comb += [rp.addr.eq(row_of(r_addr)), rp.en.eq(rd_beat)]
         with m.If(rd_beat):
-            m.d.sync += [rvalid.eq(1), rlast.eq(r_left == 0), r_addr.eq(next_beat(r_addr)), r_left.eq(r_left - 1)]
+            m.d.sync += [rvalid.eq(1), rlast.eq(r_left == 0), r_addr.eq(next_beat(r_addr)), r_left.eq(r_left - 1),
+                         r_sel.eq(beat_of(r_addr))]
             with m.If(r_left == 0):
                 m.d.sync += r_active.eq(0)
         with m.Elif(self.axi_rready):
             m.d.sync += rvalid.eq(0)
-        m.d.comb += [self.axi_rvalid.eq(rvalid), self.axi_rlast.eq(rlast), self.axi_rdata.eq(rp.data),
+        m.d.comb += [self.axi_rvalid.eq(rvalid), self.axi_rlast.eq(rlast),
+                     self.axi_rdata.eq(rp.data.word_select(r_sel, b.bus_bits) if per_row > 1 else rp.data),
                      self.axi_rresp.eq(0)]
 
         # ---- writes ---------------------------------------------------------------------------
@@ -115,9 +131,9 @@ class Dram(wiring.Component):
         m.d.comb += wr_beat.eq(want_wr & have_token & (~want_rd | prefer_write | (tokens > 1)))
         m.d.comb += [
             self.axi_wready.eq(wr_beat),
-            wp.addr.eq((w_addr >> shift)[:log2(depth)]),
-            wp.data.eq(self.axi_wdata),
-            wp.en.eq(Mux(wr_beat, self.axi_wstrb, 0)),
+            wp.addr.eq(row_of(w_addr)),
+            wp.data.eq(self.axi_wdata.replicate(per_row)),
+            wp.en.eq(Mux(wr_beat, self.axi_wstrb << (beat_of(w_addr) * nbytes), 0)),
         ]
         b_pending = Signal(range(OUTSTANDING + 2))
         b_done = self.axi_bvalid & self.axi_bready

@@ -239,9 +239,11 @@ def _sync_bits(wait: int | None, signal: int | None, signal2: int | None = None)
             continue
         if not isinstance(sem, (int, np_integer)) or isinstance(sem, bool) or not 0 <= sem < SEMAPHORES:
             raise ValueError(f"{name} semaphore must be an integer in [0, {SEMAPHORES}), not {sem!r}")
-        f = SYNC[name]
-        bits |= (1 | int(sem) << 1) << f.offset
+        bits |= (1 | int(sem) << 1) << _SYNC_OFFSET[name]
     return bits
+
+
+_SYNC_OFFSET = {name: SYNC[name].offset for name in ("wait", "signal", "signal2")}  # once: Amaranth's lookup is slow
 
 
 # ---- constructors ---------------------------------------------------------------------------

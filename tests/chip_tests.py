@@ -82,7 +82,9 @@ async def backdoor_matches_front_door(dut):
         assert dev.read_words(region, 2, 1)[0] == w, f"{name}[2]: window write not seen by the backdoor"
 
 
-GEMM_SHAPES = [(1, 1, 1), (4, 4, 4), (37, 19, 100), (5, 7, 3), (9, 6, 1500), (13, 29, 17)]
+# (9, 6, 1500) and (33, 65, 256): K in several chunks, operand panels and C tile rows that straddle
+# 4 KiB DRAM pages, several tile groups (so consecutive groups share a chunk's operands)
+GEMM_SHAPES = [(1, 1, 1), (4, 4, 4), (37, 19, 100), (5, 7, 3), (9, 6, 1500), (13, 29, 17), (33, 65, 256)]
 
 
 @cocotb.test()
