@@ -46,15 +46,18 @@ REVISIONS: dict[str, Revision] = {
         Revision("A0", 0xA0, frozenset({
             D.ENGINE_K1_IGNORES_ACCUMULATE, D.ENGINE_B2B_STALE_A_WORD, D.REDUCE_MAX_FOLDS_FROM_ZERO,
             D.REDUCE_SUM_DROPS_ODD_LAST, D.OPERAND_TOP_WORD_READS_ZERO, D.FP8_SUBNORMALS_READ_AS_ZERO,
+            D.DMA_BURST_CROSSES_PAGE,
         })),
         # A1: metal fix for the back-to-back feed and the odd SUM.
         Revision("A1", 0xA1, frozenset({
             D.ENGINE_K1_IGNORES_ACCUMULATE, D.REDUCE_MAX_FOLDS_FROM_ZERO, D.OPERAND_TOP_WORD_READS_ZERO,
-            D.FP8_SUBNORMALS_READ_AS_ZERO,
+            D.FP8_SUBNORMALS_READ_AS_ZERO, D.DMA_BURST_CROSSES_PAGE,
         })),
-        # B0: full respin fixes the rest, and its new issue logic lets REDUCE overtake the drain.
-        Revision("B0", 0xB0, frozenset({D.REDUCE_ISSUES_BEFORE_DRAIN})),
-        # B1: metal fix of B0's issue logic; taped out, not yet assessed by the software team.
+        # B0: full respin fixes the rest (the DMA splits its bursts at 4 KiB pages), its new issue
+        # logic lets REDUCE overtake the drain, and its new DMA row counter drops an odd last row.
+        Revision("B0", 0xB0, frozenset({D.REDUCE_ISSUES_BEFORE_DRAIN, D.DMA_ODD_ROWS_DROPS_LAST})),
+        # B1: metal fix of B0's issue logic and of its DMA row counter; taped out, not yet assessed
+        # by the software team.
         Revision("B1", 0xB1, frozenset()),
     )
 }
