@@ -16,7 +16,7 @@ from cosim.jobs import run_job
 from firstlight.jobs.errata import errata_check_job, errata_matrix_job, expected_cell_pass
 from workarounds import ERRATA
 from workarounds.check import compare
-from workarounds.registry import ASSESSED_REVISIONS
+from workarounds.registry import ASSESSED_REVISIONS, Unit
 
 _CACHE: dict = {}
 
@@ -55,6 +55,33 @@ def test_registry_affected_lists_match_the_rtl(sim_name, rev):
     rows = compare(rev, observed)
     bad = [r for r in rows if r["verdict"] != "ok"]
     assert not bad, f"registry vs RTL on {rev}: {bad}"
+
+
+_CHECKS: dict = {}
+
+
+def _reproducers(sim: str, rev: str) -> dict[str, dict]:
+    key = (sim, rev)
+    if key not in _CHECKS:
+        _CHECKS[key] = run_job(errata_check_job, {}, variant=Variant(revision=rev), sim=sim).value["reproducers"]
+    return _CHECKS[key]
+
+
+DMA_ERRATA = [e.id for e in ERRATA if e.unit is Unit.DMA]
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("sim_name", ["verilator", "icarus"])
+@pytest.mark.parametrize("rev", ASSESSED_REVISIONS)
+def test_dma_reproducer_streams_come_out_right_through_their_pass(sim_name, rev):
+    """A DMA reproducer's raw stream moves wrong bytes exactly on the affected revisions; the
+    same stream through its erratum's pass moves the bytes numpy expects on every revision."""
+    require_sim(sim_name)
+    assert DMA_ERRATA == ["FL-DM-001", "FL-DM-002"]
+    got = _reproducers(sim_name, rev)
+    wrong = {i: got[i]["detail"] for i in DMA_ERRATA if got[i].get("mitigated") is not True}
+    assert not wrong, f"on {rev} ({sim_name}) the stream through the pass moved wrong bytes: {wrong}"
+    assert {i: got[i]["fired"] for i in DMA_ERRATA} == {e.id: rev in e.affected for e in ERRATA if e.id in DMA_ERRATA}
 
 
 @pytest.mark.sim

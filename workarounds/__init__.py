@@ -54,7 +54,7 @@ def attach(dev, policy: dict[str, str] | list[str] | None = None, *, warn: bool 
     Replaces whatever an earlier ``attach`` installed on the same device.
     """
     res = resolve(dev.revision, parse_policy(policy) if policy else None, warn=warn)
-    flt = stream_filter(res.active)
+    flt = stream_filter(res.active, dev.config, getattr(dev, "board", None))  # the DMA passes need both
     dev.set_submit_filter(flt)
     k = constraints_for([e for e in ERRATA if e.id in res.active])
     return Mitigations(res, k["gemm"], k["reduce"], k["lowp"], flt)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "Cell", "CELL_TYPES", "describe"]
+__all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "DmaCell", "Cell", "CELL_TYPES", "describe"]
 
 
 class _MNK:
@@ -66,8 +66,24 @@ class LowpCell(_MNK):
     kernel = "lowp"
 
 
-Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell
-CELL_TYPES = (GemmCell, GemmSumCell, ReduceCell, LowpCell)
+@dataclass(frozen=True)
+class DmaCell:
+    """DRAM -> ACC -> DRAM by 2D DMA (workarounds.dma_streams; a raw stream until the kernels move
+    their data by DMA): ``rows`` rows of ``words`` accumulator words, ``pitch`` words apart in
+    DRAM, the first row ``offset`` words past a 4 KiB page. The load signals the store's wait."""
+
+    rows: int
+    words: int
+    pitch: int
+    offset: int = 0
+    kernel = "dma"
+
+    def shape(self) -> str:
+        return f"{self.rows}x{self.words} pitch {self.pitch} +{self.offset}"
+
+
+Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell | DmaCell
+CELL_TYPES = (GemmCell, GemmSumCell, ReduceCell, LowpCell, DmaCell)
 
 
 def describe(cell: Cell) -> str:

@@ -8,9 +8,11 @@ from pathlib import Path
 from .policy import status_for
 from .registry import ASSESSED_REVISIONS, CATEGORIES, ERRATA, UNITS
 
-__all__ = ["COSTS_PATH", "load_costs", "render", "cost_summary"]
+__all__ = ["COSTS_PATH", "MEASURE_COMMAND", "load_costs", "render", "cost_summary"]
 
 COSTS_PATH = Path(__file__).resolve().parent / "costs.json"
+# What produced costs.json (the defaults of `errata measure`, spelled out).
+MEASURE_COMMAND = ".venv/bin/firstlight errata measure --sim verilator --seed 1"
 
 
 def load_costs(path: Path = COSTS_PATH) -> dict:
@@ -63,6 +65,13 @@ def render(costs: dict | None = None) -> str:
         "strings, with every mitigation on (`auto` policy). Costs are simulated cycles of the erratum's",
         "kernel cell with the mitigation on minus off, measured on the real RTL; the cost at scale is the same",
         "difference on a realistic workload (the off run's result is wrong on an affected chip; its cycles count).",
+        "",
+        "The costs are reproduced (the matrix and the runs at scale on every assessed revision, which",
+        "rewrites workarounds/costs.json and this page) by:",
+        "",
+        "```",
+        MEASURE_COMMAND,
+        "```",
         "",
         "| ID | unit | category | " + " | ".join(revs) + " | fixed in | measured cost (cell) | cost at scale |",
         "|---|---|---|" + "---|" * len(revs) + "---|---|---|",

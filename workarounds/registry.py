@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from rtl.revisions import Defect
 
-from .cells import Cell, GemmCell, GemmSumCell, LowpCell, ReduceCell
+from .cells import Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell
 
 __all__ = ["Erratum", "ERRATA", "BY_ID", "Unit", "UNITS", "CATEGORIES", "ID_PREFIXES", "ASSESSED_REVISIONS",
            "erratum"]
@@ -25,13 +25,14 @@ class Unit(enum.Enum):
     REDUCE = "reduction unit"
     SRAM = "SRAMs"
     CMDPROC = "command processor"
+    DMA = "DMA"
 
 
 UNITS = {u: u.value for u in Unit}
 CATEGORIES = {"A": "no workaround", "B": "workaround with a cost", "C": "minor"}
 # Erratum ids look like FL-<prefix>-NNN; the prefix names the area (not always the unit).
 ID_PREFIXES = {"ME": "matrix engine", "RU": "reduction unit", "SR": "SRAMs", "CP": "command processor",
-               "NU": "numerics"}
+               "NU": "numerics", "DM": "DMA"}
 # Revisions the software team has assessed: any other REV reads as "Unknown".
 ASSESSED_REVISIONS = ("A0", "A1", "B0")
 
@@ -194,6 +195,53 @@ ERRATA = ERRATA + (
         cell=LowpCell(recipe="fp8-e4m3-cast", dist="small", m=8, n=8, k=64),
         scale=LowpCell(recipe="fp8-e4m3-cast", dist="small", m=32, n=32, k=1024),
         knobs={"lowp": {"fp8_subnormals_flushed": True}},
+    ),
+)
+
+ERRATA = ERRATA + (
+    Erratum(
+        id="FL-DM-001",
+        title="DMA burst across a 4 KiB page wraps to the start of the page",
+        unit=Unit.DMA,
+        category="B",
+        affected=("A0", "A1"),
+        fixed_in="B0",
+        defect=Defect.DMA_BURST_CROSSES_PAGE,
+        conditions="A DMA_LOAD or DMA_STORE one of whose rows crosses a 4 KiB DRAM page boundary, so that a "
+        "burst (up to 16 beats, never past the row's end) starts before the boundary and ends after it.",
+        description="The DMA's burst splitter stops a burst at the row's end and at 16 beats but not at the page; "
+        "the board's DRAM increments a burst only within its 4 KiB page (as AXI allows), so the beats past the "
+        "boundary come from (load) or go to (store) the start of the same page.",
+        implication="A load fills the tail of the burst with bytes from the start of the page; a store writes its "
+        "tail over the start of the page and leaves the right bytes unwritten. A buffer that is not page-aligned "
+        "or a row pitch that does not divide 4 KiB meets it; nothing faults or waits.",
+        reproducer="repro_dma_page_crossing",
+        mitigation="every DMA row that crosses a page is split at the page into 1-row DMAs (rows that do not cross "
+        "stay one 2D DMA; the wait goes on the first DMA, the signals on the last); a row that would cross inside "
+        "an SRAM word (its DRAM address not a multiple of the word size) cannot be split, and the stream is refused",
+        mitigation_kind="stream",
+        cell=DmaCell(rows=4, words=8, pitch=129, offset=252),
+        scale=DmaCell(rows=60, words=16, pitch=17),
+    ),
+    Erratum(
+        id="FL-DM-002",
+        title="2D DMA load with an odd number of rows drops its last row",
+        unit=Unit.DMA,
+        category="B",
+        affected=("B0",),
+        fixed_in=None,
+        defect=Defect.DMA_ODD_ROWS_DROPS_LAST,
+        conditions="A DMA_LOAD (into any SRAM) with an odd number of rows greater than 1.",
+        description="B0's new load row counter steps over pairs of rows, so an odd count stops one row early; the "
+        "load still completes and signals its semaphores.",
+        implication="The last row of the tile keeps what the SRAM held before: a tile with an odd number of rows "
+        "(a matrix edge) is computed on stale data, silently.",
+        reproducer="repro_dma_odd_rows",
+        mitigation="a DMA_LOAD with an odd number of rows > 1 is split into rows - 1 rows and a 1-row DMA of the "
+        "last row (the wait goes on the first, the signals on the last)",
+        mitigation_kind="stream",
+        cell=DmaCell(rows=5, words=8, pitch=16),
+        scale=DmaCell(rows=63, words=16, pitch=16),
     ),
 )
 

@@ -2,14 +2,22 @@
 
 Each returns ``{"fired": bool, "detail": str}``. They submit raw command streams: the
 device's submit filter (the mitigation passes) is suspended while they run, since the point is
-the bug.
+the bug. The DMA reproducers also run their stream through their erratum's own pass and say
+whether that came out right (``"mitigated"``); the expected bytes come from numpy on what the
+host wrote, never from the chip.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from rtl.board import PAGE_BYTES
 from rtl.csr_map import REG
-from rtl.isa import Format, ReduceOp, fence, matmul, reduce
+from rtl.isa import DmaQueue, Format, ReduceOp, dma_load, dma_store, dma_stride, fence, matmul, reduce
 from rtl.memories import Region
+
+from .dma_streams import address_tags, page_buffer
+from .passes import PASSES, DmaGeometry
 
 __all__ = ["REPRODUCERS", "run_reproducer"]
 
@@ -116,6 +124,90 @@ async def repro_fp8_subnormal(dev) -> dict:
     return {"fired": got != 0x3B000000, "detail": f"E4M3 subnormal 2^-9 x 1.0 = 0x{got:08x} (expected 0x3b000000)"}
 
 
+def _word_bytes(words: list[int], wb: int) -> np.ndarray:
+    """SRAM words as the bytes DMA moves (little endian, ``wb`` bytes each)."""
+    return np.frombuffer(b"".join(int(w).to_bytes(wb, "little") for w in words), np.uint8)
+
+
+async def _raw_and_mitigated(dev, err_id: str, experiment) -> tuple[list[str], list[str]]:
+    """Run ``experiment(dev, transform) -> [what went wrong]`` on the raw stream, then on the
+    same stream through the erratum's own pass (the proof that the mitigation fixes exactly this
+    stream); the filter stays suspended, so only that pass runs."""
+    chip = DmaGeometry.of(dev.config, dev.board)
+    raw = await experiment(dev, lambda cmds: cmds)
+    mitigated = await experiment(dev, lambda cmds: PASSES[err_id](cmds, {}, chip)[0])
+    return raw, mitigated
+
+
+async def _page_crossing(dev, transform) -> list[str]:
+    """A 4-word load into A starting one A word before a page end (its first burst crosses the
+    page), and a 4-word store from ACC starting one ACC word before a page end."""
+    await _prepare(dev)
+    wa, wc = dev.mem_width(Region.A) // 8, dev.mem_width(Region.ACC) // 8
+    src = page_buffer(dev, 2 * PAGE_BYTES, "repro source")
+    dst = page_buffer(dev, 2 * PAGE_BYTES, "repro destination")
+    src_bytes, dst_bytes = address_tags(src), address_tags(dst)
+    dev.dram_write(src, src_bytes)
+    dev.dram_write(dst, dst_bytes)
+    dev.load_words(Region.A, 0, [0] * 4)
+    acc = [int.from_bytes(bytes([0xC0 + i]) * wc, "little") for i in range(4)]
+    dev.load_words(Region.ACC, 0, acc)
+    ld = PAGE_BYTES - wa  # offsets into the buffers
+    st = PAGE_BYTES - wc
+    await dev.run(transform([dma_load(Region.A, sram=0, dram=src.addr + ld, words=4),
+                             dma_store(sram=0, dram=dst.addr + st, words=4)]))
+    wrong = []
+    got = _word_bytes(dev.read_words(Region.A, 0, 4), wa)
+    want = src_bytes[ld:ld + 4 * wa]
+    if not np.array_equal(got, want):
+        bad = int(np.argmax(got != want)) // 4 * 4  # the first wrong address tag
+        came = int(got[bad:bad + 4].view("<u4")[0])
+        wrong.append(f"load across 0x{src.addr + PAGE_BYTES:x}: bytes {bad}.. of the row came from DRAM "
+                     f"0x{came:x} (expected 0x{src.addr + ld + bad:x})")
+    want_dst = dst_bytes.copy()
+    want_dst[st:st + 4 * wc] = _word_bytes(acc, wc)
+    got_dst = dev.dram_read(dst)
+    if not np.array_equal(got_dst, want_dst):
+        bad = np.flatnonzero(got_dst != want_dst)
+        wrong.append(f"store across 0x{dst.addr + PAGE_BYTES:x}: {len(bad)} DRAM bytes wrong, the first at "
+                     f"0x{dst.addr + int(bad[0]):x}")
+    return wrong
+
+
+async def repro_dma_page_crossing(dev) -> dict:
+    raw, mitigated = await _raw_and_mitigated(dev, "FL-DM-001", _page_crossing)
+    return {"fired": bool(raw), "mitigated": not mitigated,
+            "detail": "; ".join(raw) or "a load and a store across a 4 KiB page moved the right bytes"}
+
+
+async def _odd_rows(dev, transform) -> list[str]:
+    """A 3-row, 2-word 2D load into A from a page-aligned buffer (rows 64 bytes apart, inside
+    one page) over a sentinel."""
+    await _prepare(dev)
+    wa = dev.mem_width(Region.A) // 8
+    src = page_buffer(dev, PAGE_BYTES, "repro source")
+    src_bytes = address_tags(src)
+    dev.dram_write(src, src_bytes)
+    sentinel = int.from_bytes(b"\x5a" * wa, "little")
+    dev.load_words(Region.A, 0, [sentinel] * 6)
+    await dev.run(transform([dma_stride(DmaQueue.LOAD, sram=2, dram=64),
+                             dma_load(Region.A, sram=0, dram=src.addr, words=2, rows=3)]))
+    got = dev.read_words(Region.A, 0, 6)
+    wrong = []
+    for r in range(3):
+        want = src_bytes[64 * r:64 * r + 2 * wa]
+        if not np.array_equal(_word_bytes(got[2 * r:2 * r + 2], wa), want):
+            kept = all(w == sentinel for w in got[2 * r:2 * r + 2])
+            wrong.append(f"row {r} (A words {2 * r}..{2 * r + 1}) " + ("was never written" if kept else "is wrong"))
+    return wrong
+
+
+async def repro_dma_odd_rows(dev) -> dict:
+    raw, mitigated = await _raw_and_mitigated(dev, "FL-DM-002", _odd_rows)
+    return {"fired": bool(raw), "mitigated": not mitigated,
+            "detail": ("3-row load: " + "; ".join(raw)) if raw else "a 3-row load wrote all 3 rows"}
+
+
 REPRODUCERS = {
     "repro_fp8_subnormal": repro_fp8_subnormal,
     "repro_k1_accumulate": repro_k1_accumulate,
@@ -124,6 +216,8 @@ REPRODUCERS = {
     "repro_sum_odd_count": repro_sum_odd_count,
     "repro_top_word": repro_top_word,
     "repro_reduce_overtakes_drain": repro_reduce_overtakes_drain,
+    "repro_dma_page_crossing": repro_dma_page_crossing,
+    "repro_dma_odd_rows": repro_dma_odd_rows,
 }
 
 

@@ -16,7 +16,8 @@ from kernels.gemm import gemm
 from kernels.lowp import gemm_lowp
 from kernels.reduce import reduce_rows
 from rtl.memories import DATA_MEMORIES
-from workarounds.cells import Cell, GemmCell, GemmSumCell, LowpCell, ReduceCell
+from workarounds.cells import Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell
+from workarounds.dma_streams import dma_round_trip
 from workarounds.registry import ASSESSED_REVISIONS, BY_ID, ERRATA, erratum
 from workarounds.reproducers import run_reproducer
 
@@ -75,6 +76,9 @@ async def run_cell(dev, cell: Cell | tuple[Cell, ...], seed: int, mit) -> dict:
         x = rng.integers(lo, hi, size=(cell.rows, cell.cols), dtype=np.int64).astype(np.int32)
         got, stats = await reduce_rows(dev, x, cell.op, mitigations=mit)
         mismatch = first_mismatch(got, golden.reduce_rows(x, cell.op))
+    elif isinstance(cell, DmaCell):  # a raw DMA stream until the kernels move their data by DMA
+        got, ref, stats = await dma_round_trip(dev, cell, rng, mit)
+        mismatch = first_mismatch(got, ref)
     else:
         raise TypeError(f"unknown regression cell {cell!r}")
     return {"passed": mismatch is None, "mismatch": mismatch, "cycles": stats.cycles,
