@@ -5,7 +5,8 @@ the host drives ``csr_addr``/``csr_wdata`` and holds ``csr_we`` or ``csr_re`` hi
 ``csr_ready``; ``csr_ready`` is high for exactly one cycle and ``csr_rdata`` is valid in it. The
 transfer completes on the clock edge where strobe and ``csr_ready`` are both high; a strobe
 still high after that edge starts the next transfer. A transfer has its side effects once. Front-door window writes into the accumulator SRAM
-wait (``csr_ready`` stays low) while the engine or the reduction unit is busy.
+wait (``csr_ready`` stays low) while the engine or the reduction unit is busy, and into the trace
+SRAM while the trace buffer (``rtl/trace.py``) writes an entry.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .memories import MEM, MEMORIES, Region
 from .reduce import ReductionUnit
 from .revisions import Defect
 from .revisions import revision as lookup_revision
+from .trace import TraceBuffer
 
 __all__ = ["Chip"]
 
@@ -161,6 +163,8 @@ class Chip(wiring.Component):
         m.submodules.cmdproc = ResetInserter(soft_rst)(cmdp)
         m.submodules.dma_load = ResetInserter(soft_rst)(dma_ld)
         m.submodules.dma_store = ResetInserter(soft_rst)(dma_st)
+        # The trace buffer is debug state: a soft reset keeps what it recorded (trace.flush).
+        m.submodules.trace = trace = TraceBuffer(cfg)
         # the AXI master port: reads from the load unit, writes from the store unit
         for name in self.signature.members:
             if name.startswith("axi_"):
@@ -194,6 +198,7 @@ class Chip(wiring.Component):
         srams = {spec.name: make_sram(i, spec) for i, spec in enumerate(MEMORIES)}
         a_mem, b_mem, acc_mem, q_mem = srams["A"], srams["B"], srams["ACC"], srams["CMDQ"]
         sa_mem, sb_mem = srams["SA"], srams["SB"]
+        trace_mem = srams["TRACE"]
         acc_wp = acc_mem.write
 
         a_rp_eng, b_rp_eng = a_mem.read_port(), b_mem.read_port()
@@ -260,12 +265,28 @@ class Chip(wiring.Component):
         ]
         units_busy = engine.busy | reducer.busy | dma_ld.busy
 
+        # ---- trace buffer (rtl/trace.py): events from every unit; the window waits for its writes
+        m.d.comb += [
+            trace.flush.eq(soft_rst),
+            trace.ring_head.eq(cmdp.head), trace.fetch_data.eq(q_rp_fetch.data),
+            trace.fifo_level.eq(cmdp.fifo_level), trace.stall.eq(cmdp.stall), trace.done_count.eq(cmdp.done_count),
+            trace.mm_started.eq(engine.started), trace.mm_finished.eq(engine.finished),
+            trace.rd_started.eq(reducer.started), trace.rd_finished.eq(reducer.finished),
+            trace.ld_started.eq(dma_ld.started), trace.ld_finished.eq(dma_ld.finished), trace.ld_tag.eq(dma_ld.tag),
+            trace.st_started.eq(dma_st.started), trace.st_finished.eq(dma_st.finished), trace.st_tag.eq(dma_st.tag),
+        ]
+        with m.If(trace.wr_en):
+            m.d.comb += [trace_mem.write.addr.eq(trace.wr_addr), trace_mem.write.data.eq(trace.wr_data),
+                         trace_mem.write.en.eq(-1)]
+
         # ---- host CSR bus FSM ----------------------------------------------------------
         irq_en = Signal()
         scratch = Signal(32)
         tail = Signal(16)
         mem_addr = Signal(32)
         irq_status = Signal(2)
+        trace_en = Signal()
+        trace_clear = Signal()
         rdata = Signal(32)
         req_addr = Signal(CSR_ADDR_BITS)
         req_wdata = Signal(32)
@@ -353,7 +374,8 @@ class Chip(wiring.Component):
                             m.d.comb += acc_win_we.eq(1)
                             m.d.sync += mem_addr.eq(next_addr)
                             m.next = "ACK"
-                    with m.Elif(~dma_ld.busy | (region == Region.CMDQ)):  # the load DMA owns the SRAM ports
+                    # the load DMA owns the SRAM ports it writes; the trace buffer TRACE's while it writes
+                    with m.Elif(Mux(region == Region.TRACE, ~trace.wr_en, ~dma_ld.busy | (region == Region.CMDQ))):
                         for r, wp in win_wp.items():
                             with m.If(region == r):
                                 data_w = len(wp.data)
@@ -384,6 +406,8 @@ class Chip(wiring.Component):
         m.d.comb += self.csr_rdata.eq(rdata)
 
         m.d.comb += [
+            trace.enable.eq(trace_en), trace.clear.eq(trace_clear),
+            trace.load.eq(load_counters), trace.load_value.eq(scratch),
             cmdp.tail.eq(tail),
             cmdp.load_counters.eq(load_counters),
             cmdp.load_value.eq(scratch),
@@ -461,6 +485,7 @@ class Chip(wiring.Component):
         perf, perf_hi = env["perf"], env["perf_hi"]
         caps = cfg.caps()
         dma_ld, dma_st = env["dma_ld"], env["dma_st"]
+        trace = env["trace"]
         status = _pack_fields(REG["STATUS"], busy=~cmdp.idle, engine_busy=engine.busy, reduce_busy=reducer.busy,
                               err=cmdp.err_code != 0, idle=cmdp.idle, dma_in_busy=dma_ld.busy,
                               dma_out_busy=dma_st.busy, fifo_level=cmdp.fifo_level)
@@ -490,6 +515,10 @@ class Chip(wiring.Component):
             "DRAM0": Const(board_regs["DRAM0"], 32),
             "DRAM1": Const(board_regs["DRAM1"], 32),
             "WAITS": waits,
+            "TRACE_CTRL": _pack_fields(REG["TRACE_CTRL"], enable=env["trace_en"]),  # clear reads as 0
+            "TRACE_COUNT": _pack_fields(REG["TRACE_COUNT"], count=trace.count, pending=trace.pending,
+                                        lost=trace.lost, overflow=trace.overflow),
+            "TRACE_DROPPED": trace.dropped,
         }
         for i in range(SEMAPHORES // 2):
             ro[f"SEM{2 * i}{2 * i + 1}"] = cmdp.sem_counts[32 * i:32 * i + 32]
@@ -520,6 +549,9 @@ class Chip(wiring.Component):
                     m.d.sync += env["irq_en"].eq(_bits(wdata, "CTRL", "irq_en"))
                 with m.Case(REG["SCRATCH"].addr):
                     m.d.sync += env["scratch"].eq(wdata)
+                with m.Case(REG["TRACE_CTRL"].addr):
+                    m.d.comb += env["trace_clear"].eq(_bits(wdata, "TRACE_CTRL", "clear"))
+                    m.d.sync += env["trace_en"].eq(_bits(wdata, "TRACE_CTRL", "enable"))
                 with m.Case(REG["CMDQ_TAIL"].addr):
                     m.d.sync += env["tail"].eq(wdata[:16])
                     m.d.comb += env["doorbell"].eq(1)

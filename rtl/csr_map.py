@@ -158,6 +158,25 @@ for _i, _name in enumerate(PERF_COUNTERS):
                           f"Perf counter {_name}, high word as latched by the last read of {_name}_LO.",
                           volatile=True))
 
+# The trace buffer (rtl/trace.py, docs/chip.md "Trace buffer"): a block of its own at 0x80, clear of
+# the perf counters' run upwards from 0x20. Appended last so that every older register keeps its
+# REG_INDEX (a fault descriptor's target).
+_regs += [
+    Register("TRACE_CTRL", 0x80, RW, 0x00, "Trace buffer control. Off by default: with enable 0 the chip records nothing.",
+             (Field("enable", 0, 1, "record one event per command per unit into the TRACE SRAM"),
+              Field("clear", 1, 1, "empty the buffer: TRACE_COUNT, its flags and TRACE_DROPPED to 0, events "
+                    "not yet written discarded", strobe=True))),
+    Register("TRACE_COUNT", 0x81, RO, 0x00, "Trace entries written (TRACE SRAM words 0..count-1), and the buffer's flags.",
+             (Field("count", 0, 16),
+              Field("pending", 29, 1, "events recorded but not yet written (read again before reading the SRAM)"),
+              Field("lost", 30, 1, "sticky: events dropped because units finished faster than the buffer's one "
+                    "write per cycle drained them"),
+              Field("overflow", 31, 1, "sticky: events were dropped (the buffer was full, or lost)")),
+             volatile=True),
+    Register("TRACE_DROPPED", 0x82, RO, 0x00, "Trace events dropped since the last TRACE_CTRL.clear (saturates); "
+             "CTRL.load_counters loads it.", volatile=True),
+]
+
 REGISTERS: tuple[Register, ...] = tuple(_regs)
 REG: dict[str, Register] = {r.name: r for r in REGISTERS}
 REG_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(REGISTERS)}  # a fault descriptor's target

@@ -48,6 +48,10 @@ class MatrixEngine(wiring.Component):
         Anything in flight, up to the last accumulator write.
     feeding : Out(1)
         A valid K step is being read this cycle (``rows*cols`` MACs issued).
+    started, finished : Out(1)
+        Pulses for the trace buffer (rtl/trace.py): a MATMUL accepted, and a MATMUL completed (its
+        last row written: the cycle ``done_sig`` rises for a MATMUL that signals). MATMULs complete
+        in the order they start.
     """
 
     def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), faults=()):
@@ -74,6 +78,8 @@ class MatrixEngine(wiring.Component):
                 "done_sig": Out(2),  # pulse: a MATMUL with sig has written its last row
                 "done_sem": Out(6),
                 "feeding": Out(1),
+                "started": Out(1),  # pulse: a MATMUL was accepted (start & feed_ready) (trace)
+                "finished": Out(1),  # pulse: a MATMUL completed, when done_sig would rise for it (trace)
                 "a_rd_addr": Out(aw),
                 "a_rd_data": In(config.a_word_bits),
                 "b_rd_addr": Out(aw),
@@ -271,6 +277,12 @@ class MatrixEngine(wiring.Component):
         for i in range(1, len(line)):
             m.d.sync += line[i].eq(line[i - 1])
         m.d.comb += [self.done_sig.eq(line[-1][0:2]), self.done_sem.eq(line[-1][2:8])]
+        # the same line for every MATMUL, signalling or not (the trace's completion event)
+        marks = [Signal(name=f"done_mark{i}") for i in range(drain_len + 1)]
+        m.d.sync += marks[0].eq(last_step)
+        for i in range(1, len(marks)):
+            m.d.sync += marks[i].eq(marks[i - 1])
+        m.d.comb += [self.finished.eq(marks[-1]), self.started.eq(self.start & self.feed_ready)]
 
         # ---- busy: feed slot, plus a drain window covering the deepest pipeline path -----
         drain = Signal(range(drain_len + 1))

@@ -19,6 +19,7 @@ from .config import ChipConfig
 __all__ = ["Memory", "MEMORIES", "MEM", "BY_REGION", "Region", "DATA_MEMORIES", "memory"]
 
 _COMMAND_BITS = 128  # rtl.isa.COMMAND_BITS (checked there; isa imports Amaranth, this table does not)
+_TRACE_ENTRY_BITS = 128  # rtl.trace.TRACE_ENTRY (checked there)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,11 @@ MEMORIES: tuple[Memory, ...] = (
            lambda c: 8 * c.rows, lambda c: c.scale_depth),
     Memory("SB", 5, "sb_sram", "B block scales (E8M0): COLS codes per word",
            lambda c: 8 * c.cols, lambda c: c.scale_depth),
+    # Debug state, not kernel data: the chip writes it (rtl/trace.py), the host reads it back.
+    # Half the ring's depth (512 entries on the default chip) so a small test chip has a small
+    # trace that a short stream can fill.
+    Memory("TRACE", 6, "trace_sram", "trace buffer: one 128-bit event per entry (rtl/trace.py TRACE_ENTRY)",
+           lambda c: _TRACE_ENTRY_BITS, lambda c: c.cmdq_depth // 2, data=False),
 )
 MEM: dict[str, Memory] = {m.name: m for m in MEMORIES}
 assert len({m.region for m in MEMORIES}) == len(MEMORIES), "two memories share a window region"

@@ -37,6 +37,8 @@ class ReductionUnit(wiring.Component):
         Accept the REDUCE on ``op``, ``src``, ``count``, ``dst`` (only while not ``busy``).
     busy : Out(1)
         From ``start`` until the result is written.
+    started, finished : Out(1)
+        Pulses for the trace buffer (rtl/trace.py): a REDUCE accepted, and its result written.
     """
 
     def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), faults=()):
@@ -51,6 +53,8 @@ class ReductionUnit(wiring.Component):
                 "count": In(16),
                 "dst": In(16),
                 "busy": Out(1),
+                "started": Out(1),  # pulse: a REDUCE was accepted (trace)
+                "finished": Out(1),  # pulse: its result is being written (the accumulator write) (trace)
                 **acc_port_members(config),
             }
         )
@@ -118,5 +122,5 @@ class ReductionUnit(wiring.Component):
         ]
         with m.If(done):
             m.d.sync += running.eq(0)
-        m.d.comb += self.busy.eq(running)
+        m.d.comb += [self.busy.eq(running), self.started.eq(self.start & ~self.busy), self.finished.eq(done)]
         return m
