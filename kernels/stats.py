@@ -135,6 +135,8 @@ class Measure:
             dram=self.dev.board.as_dict(),
             **self.extra,
         )
+        if self.useful_macs is not None:
+            self.stats.useful_macs = self.useful_macs
         if self.compulsory_bytes is not None:
             macs = self.useful_macs if self.useful_macs is not None else self.extra.get("useful_macs", 0)
             terms = roofline_terms(cfg, self.dev.board, useful_macs=macs, compulsory_bytes=self.compulsory_bytes,

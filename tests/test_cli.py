@@ -178,7 +178,7 @@ def test_simulator_choices_come_from_the_toolchain():
             if {"--sim", "--sims"} & set(action.option_strings):
                 assert tuple(action.choices) == SIMULATORS, path
                 seen.append(path)
-    assert len(seen) == 8, seen  # run gemm/reduce, bench, bringup, faults campaign, numerics, errata check/measure
+    assert len(seen) == 9, seen  # run gemm/reduce, bench, bringup, faults campaign, numerics, errata check/measure, roofline
 
 
 def test_bringup_help_names_every_fault_form(capsys):
@@ -224,7 +224,13 @@ def test_no_command_module_imports_the_cli_package():
 _STATS = {"shape": [2, 3, 4], "array": "4x4", "revision": "A0", "cycles": 10, "ideal_cycles": 2,
           "utilization": 0.2, "wall_s": 0.1, "python_share": 0.5, "sim_cycles_per_s": 100.0,
           "mitigations": ["FL-ME-001"], "errata_status": {"FL-ME-002": "Vulnerable"},
-          "errata_warnings": ["FL-ME-002 is off"]}
+          "errata_warnings": ["FL-ME-002 is off"],
+          # the memory system's keys (kernels/roofline.py): what a real kernel's stats carry
+          "dram_bytes": 24, "compulsory_bytes": 20, "intensity": 1.0, "compute_cycles": 2, "memory_cycles": 20,
+          "attainable_cycles": 20, "bound": "memory", "roof_utilization": 0.5, "overlap": 1.2, "ridge_point": 16.0,
+          "dram": {"bytes_per_cycle": 1.0, "latency": 32, "bus_bytes": 4, "dram_bytes": 1 << 20, "beats": 1,
+                   "period": 4},
+          "wait_cycles": {"stream": 0}, "plan": {"nbuf": 2}}
 
 
 @pytest.fixture
@@ -259,15 +265,20 @@ def test_run_hands_the_job_function_and_its_policy(fake_jobs, tmp_path, capsys):
     assert cli.main(argv) == cli.EXIT_OK
     fn, kwargs, kw = fake_jobs[-1]
     assert fn is kernel_jobs.gemm_job and "errata_policy" not in kw and kw["sim"] == "verilator"
-    assert kwargs == {"m": 2, "n": 3, "k": 4, "seed": 1, "extremes": False,
+    assert kwargs == {"m": 2, "n": 3, "k": 4, "seed": 1, "extremes": False, "double_buffer": True, "trace": False,
                       "errata_policy": parse_policy(["FL-ME-002=off"])}
     d = json.loads(out.read_text())
     assert d["passed"] and d["cycles"] == 10 and d["build_cache_hit"] and d["mitigations"] == ["FL-ME-001"]
+    # the roofline keys scripts depend on, at the top level (issue 10)
+    assert {k: d[k] for k in ("dram_bytes", "compulsory_bytes", "intensity", "attainable_cycles", "bound",
+                              "roof_utilization", "overlap")} == {
+        "dram_bytes": 24, "compulsory_bytes": 20, "intensity": 1.0, "attainable_cycles": 20, "bound": "memory",
+        "roof_utilization": 0.5, "overlap": 1.2}
     assert "FL-ME-002 is off" in capsys.readouterr().err
     assert cli.main(["run", "reduce", "--rows", "2", "--cols", "5", "--op", "max", "--extremes"]) == cli.EXIT_OK
     fn, kwargs, _ = fake_jobs[-1]
     assert fn is kernel_jobs.reduce_job
-    assert kwargs == {"rows": 2, "cols": 5, "op": "max", "seed": 1, "extremes": True, "errata_policy": {}}
+    assert kwargs == {"rows": 2, "cols": 5, "op": "max", "seed": 1, "extremes": True, "errata_policy": {}, "trace": False}
 
 
 def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
@@ -283,7 +294,8 @@ def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "3X4X5", "--json", str(out)]) == cli.EXIT_OK
     fn, kwargs, kw = fake_jobs[-1]
     assert fn is kernel_jobs.bench_job and kw["sim"] == "verilator"
-    assert kwargs == {"shapes": [[2, 2, 2], [3, 4, 5]], "seed": 1, "errata_policy": {}}
+    assert kwargs == {"shapes": [[2, 2, 2], [3, 4, 5]], "seed": 1, "errata_policy": {},
+                      "double_buffer": [True, False], "trace": False}  # --buffering both by default
     assert [r["shape"] for r in json.loads(out.read_text())] == ["2x2x2", "3x4x5"]
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2"]) == cli.EXIT_CANNOT_START
 

@@ -17,7 +17,6 @@ from .common import (
     FittedTable,
     add_array_option,
     add_dram_options,
-    check_output_dir,
     add_formats_option,
     add_json_option,
     add_rev_option,
@@ -110,8 +109,6 @@ def cmd(args) -> int:
         if isinstance(info, SimulatorMissing) and not args.sims:
             console.print(plain((f"skipping {s}: ", "yellow"), str(info)))
     variant = variant_from_args(args)
-    if args.trace is not None:
-        check_output_dir(args.trace.parent, "--trace")
     shapes_given = [_parse_shape(x) for x in (args.shapes or DEFAULT_SHAPES)]
 
     # imported once the arguments are known good, so that a bad one exits 2 quickly

@@ -147,7 +147,7 @@ def add_json_option(p: argparse.ArgumentParser, help: str | None = None) -> None
 
 
 # Output options by their argparse ``dest``: checked for writability before anything is built.
-OUTPUT_FILES = ("json",)
+OUTPUT_FILES = ("json", "trace", "out")  # checked by main() before anything is built
 OUTPUT_DIRS = ("report",)
 
 

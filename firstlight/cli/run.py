@@ -112,8 +112,6 @@ def cmd(args) -> int:
         job, kwargs = kernel_jobs.reduce_job, {"rows": args.rows, "cols": args.cols, "op": args.op}
         shape = f"{args.rows}x{args.cols} {args.op}"
     kwargs.update(seed=args.seed, extremes=args.extremes, errata_policy=policy, trace=args.trace is not None)
-    if args.trace is not None:
-        check_output_dir(args.trace.parent if str(args.trace.parent) else Path("."), "--trace")
     cfg = variant.config
     console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "
                         f"{args.sim}, revision {args.rev}, seed {args.seed}"))
