@@ -23,7 +23,7 @@ __all__ = ["check_rw", "check_read_only", "check_counters", "check_window_data",
 
 # Read-only registers whose value holds still while the chip is idle: a write must not move them.
 READ_ONLY = tuple(r.name for r in REGISTERS if r.access is Access.RO and not r.volatile)
-EVENT_COUNTERS = tuple(f"{n}_{w}" for n in PERF_COUNTERS for w in ("LO", "HI")) + ("DONE_COUNT", "ERR_COUNT")
+EVENT_COUNTERS = tuple(f"{n}_{w}" for n in PERF_COUNTERS for w in ("LO", "HI")) + ("DONE_COUNT", "ERR_COUNT", "TRACE_DROPPED")
 # Every bit at 0 and at 1 twice over; the last leaves the counters at 0.
 COUNTER_PATTERNS = (0x55555555, 0xAAAAAAAA, 0xFFFFFFFF, 0x33333333, 0xCCCCCCCC, 0x00000000)
 # CYCLES read right after a load, against the testbench's cycle count between the two bus
