@@ -28,7 +28,7 @@ from .revisions import Defect
 
 __all__ = ["DMA_ENTRY", "DMA_QUEUE_DEPTH", "DmaLoad", "DmaStore", "LOAD_REGIONS", "word_bytes"]
 
-DMA_QUEUE_DEPTH = 4
+DMA_QUEUE_DEPTH = 16  # a double-buffered GEMM keeps two chunks of loads and a group of stores queued
 LOAD_REGIONS = ("A", "B", "ACC", "SA", "SB")  # the SRAMs DMA_LOAD may write
 DMA_ENTRY = data.StructLayout({
     "region": 3, "sram": 16, "words": 16, "rows": 16, "dram": 32, "sram_stride": 16, "dram_stride": 32,
