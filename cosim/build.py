@@ -343,10 +343,13 @@ def elaborate(variant: Variant):
 
 
 def elaborate_dram(variant: Variant):
-    """The board's DRAM model for a variant."""
+    """The board's DRAM model for a variant: the injected faults of the board's kinds built in,
+    and for a campaign build the same ``fault_sel`` port as the chip (the testbench drives both)."""
     from rtl.dram import Dram
+    from rtl.faults import parse_faults
 
-    return Dram(variant.resolved_board)
+    board = variant.resolved_board
+    return Dram(board, faults=parse_faults(variant.faults, variant.config, board), fault_port=variant.fault_port)
 
 
 def _compact_dram_init(text: str) -> str:

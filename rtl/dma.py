@@ -22,9 +22,11 @@ from amaranth.lib.wiring import In, Out
 from .axi import INCR, axi_members
 from .board import MAX_BURST_BEATS, PAGE_BYTES, BoardConfig
 from .config import ChipConfig, log2
+from .faults import FaultKind
 from .isa import SYNC
 from .memories import MEM, Region
 from .revisions import Defect
+from .saboteurs import active, could_be, dma_address
 
 __all__ = ["DMA_ENTRY", "DMA_QUEUE_DEPTH", "DmaLoad", "DmaStore", "LOAD_REGIONS", "word_bytes"]
 
@@ -153,7 +155,8 @@ class DmaLoad(_Queue):
         beats = self._burst(m, addr, row_bytes - ar_off, "ar")
         ar_pending = running & (ar_row < rows)
         m.d.comb += [
-            self.axi_araddr.eq(addr), self.axi_arlen.eq(beats - 1), self.axi_arsize.eq(log2(b.bus_bytes)),
+            self.axi_araddr.eq(dma_address(m, addr, self.faults, 1, "ld_araddr")), self.axi_arlen.eq(beats - 1),
+            self.axi_arsize.eq(log2(b.bus_bytes)),
             self.axi_arburst.eq(INCR), self.axi_arvalid.eq(ar_pending),
         ]
         with m.If(go):
@@ -175,9 +178,13 @@ class DmaLoad(_Queue):
         wr_addr = Signal(16)
         wr_data = Signal(self.max_word)
         take = Signal()
+        taken = running & self.axi_rvalid & self.axi_rready & (r_row < rows)
+        drops = could_be(self.faults, FaultKind.DMA_DROP_BEAT)
+        if drops:
+            taken = taken & ~self._dropped(m, drops, go, running)
         m.d.comb += [
             self.axi_rready.eq(~running | ~wr_pending | self.wr_ready),  # idle: drain strays
-            take.eq(running & self.axi_rvalid & self.axi_rready & (r_row < rows)),
+            take.eq(taken),
             self.beat.eq(take),
         ]
         with m.If(go):
@@ -203,6 +210,25 @@ class DmaLoad(_Queue):
             done.eq(running & (r_row == rows) & ~wr_pending & ~go),
         ]
         return m
+
+    def _dropped(self, m: Module, descs, go, running):
+        """1 while the beat on the bus is one an injected DMA_DROP_BEAT fault loses: beat
+        ``desc.bit`` of burst ``desc.addr`` of the running entry (beats and bursts counted on
+        the bus, the dropped beat included)."""
+        burst = Signal(16, name="drop_burst")
+        beat = Signal(8, name="drop_beat")
+        with m.If(go):
+            m.d.sync += [burst.eq(0), beat.eq(0)]
+        with m.Elif(running & self.axi_rvalid & self.axi_rready):
+            with m.If(self.axi_rlast):
+                m.d.sync += [burst.eq(burst + 1), beat.eq(0)]
+            with m.Else():
+                m.d.sync += beat.eq(beat + 1)
+        drop = Signal(name="drop_now")
+        for d in descs:
+            with m.If(active(d, FaultKind.DMA_DROP_BEAT) & (burst == d.addr) & (beat == d.bit)):
+                m.d.comb += drop.eq(1)
+        return drop
 
 
 class DmaStore(_Queue):
@@ -236,7 +262,8 @@ class DmaStore(_Queue):
         beats = self._burst(m, addr, row_bytes - aw_off, "aw")
         aw_pending = running & (aw_row < cur.rows) & bq.w_rdy
         m.d.comb += [
-            self.axi_awaddr.eq(addr), self.axi_awlen.eq(beats - 1), self.axi_awsize.eq(log2(b.bus_bytes)),
+            self.axi_awaddr.eq(dma_address(m, addr, self.faults, 2, "st_awaddr")), self.axi_awlen.eq(beats - 1),
+            self.axi_awsize.eq(log2(b.bus_bytes)),
             self.axi_awburst.eq(INCR), self.axi_awvalid.eq(aw_pending),
             bq.w_en.eq(aw_pending & self.axi_awready), bq.w_data.eq(beats),
         ]

@@ -14,16 +14,23 @@ Built from a resolved :class:`~rtl.board.BoardConfig`:
   ``period`` cycles. When both directions want the channel they alternate.
 * **Bursts** increment within their 4 KiB page: an AXI master must never cross one, and this
   slave, like many, decodes the page once per burst (a master that does cross wraps).
+* **Faults** (``rtl/faults.py``): a stuck DRAM bit sits on the read data (every AXI read of that
+  byte sees it; the host's backdoor reads the array and does not). The descriptors are
+  constants for ``--inject`` and, in a campaign build, the ``fault_sel`` port the testbench
+  shares with the chip. With neither there is no saboteur logic.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib.wiring import In
 
 from .axi import axi_members
 from .board import PAGE_BYTES, BoardConfig
 from .config import log2
+from .faults import BOARD_KINDS, FAULT_BITS, FAULT_LAYOUT
+from .saboteurs import could_be, dram_read_data
 
 __all__ = ["Dram", "OUTSTANDING", "DRAM_INSTANCE", "ROW_BYTES"]
 
@@ -37,12 +44,17 @@ ROW_BYTES = 32
 class Dram(wiring.Component):
     """AXI4 slave DRAM model (see the module docstring)."""
 
-    def __init__(self, board: BoardConfig, faults=()):
+    def __init__(self, board: BoardConfig, faults=(), fault_port: bool = False):
+        """``faults``: parsed faults (``rtl.faults.Fault``, the ``--inject`` list: those of the
+        board's kinds are built in as constants, the others are the chip's); ``fault_port``:
+        one more descriptor on a ``fault_sel`` input (a campaign build)."""
         if not board.beats:
             raise ValueError("Dram needs a resolved BoardConfig (BoardConfig.resolve(chip))")
         self.board = board
-        self.faults = list(faults)
-        super().__init__(axi_members(board.bus_bits, master=False))
+        self.faults = [f for f in faults if f.kind in BOARD_KINDS]
+        self.fault_port = fault_port
+        super().__init__({**axi_members(board.bus_bits, master=False),
+                          **({"fault_sel": In(FAULT_BITS)} if fault_port else {})})
 
     def elaborate(self, platform):
         m = Module()
@@ -52,6 +64,10 @@ class Dram(wiring.Component):
         per_row = ROW_BYTES // nbytes
         shift = log2(nbytes)
         row_shift = log2(ROW_BYTES)
+
+        descs = [data.View(FAULT_LAYOUT, Const(f.encode(), FAULT_LAYOUT.size)) for f in self.faults]
+        if self.fault_port:
+            descs.append(data.View(FAULT_LAYOUT, self.fault_sel[:FAULT_LAYOUT.size]))
 
         mem = memory.Memory(shape=8 * ROW_BYTES, depth=depth, init=[])
         m.submodules[DRAM_INSTANCE] = mem
@@ -115,8 +131,13 @@ class Dram(wiring.Component):
                 m.d.sync += r_active.eq(0)
         with m.Elif(self.axi_rready):
             m.d.sync += rvalid.eq(0)
-        m.d.comb += [self.axi_rvalid.eq(rvalid), self.axi_rlast.eq(rlast),
-                     self.axi_rdata.eq(rp.data.word_select(r_sel, b.bus_bits) if per_row > 1 else rp.data),
+        rdata = rp.data.word_select(r_sel, b.bus_bits) if per_row > 1 else rp.data
+        if could_be(descs, *BOARD_KINDS):  # the address each beat was read from, for its stuck bits
+            beat_q = Signal(log2(b.dram_bytes), name="rd_beat_addr_q")
+            with m.If(rd_beat):
+                m.d.sync += beat_q.eq(r_addr)
+            rdata = dram_read_data(m, rdata, beat_q, descs, nbytes, "dram_rd")
+        m.d.comb += [self.axi_rvalid.eq(rvalid), self.axi_rlast.eq(rlast), self.axi_rdata.eq(rdata),
                      self.axi_rresp.eq(0)]
 
         # ---- writes ---------------------------------------------------------------------------

@@ -27,11 +27,26 @@ The spec syntax (scripts depend on it; names are case-insensitive):
 ``cmdfifo:<stuck0|stuck1>:bit=<b>``                            command FIFO read data bit
 ``bus:hang``                                                   csr_ready never rises
 ``pin:<idle|irq>:<stuck0|stuck1>``                             an output pin stuck
+``dram:<stuck0|stuck1>:addr=<byte>:bit=<0..7>``                a DRAM bit stuck on the read
+                                                               data (the board's DRAM model)
+``dma:<alias|tie1>:addr_bit=<n>[:side=<load|store>]``          an AXI address bit of the DMA
+                                                               tied low / high (both
+                                                               directions, or one)
+``dma:drop_beat:burst=<n>:beat=<m>``                           the load DMA loses beat m of
+                                                               the n-th burst of every entry
 =============================================================  ==============================
 
 ``<M>`` is any memory of the table (``rtl/memories.py``). Coupling and transition faults act on
 front-door writes (the window, the engine and the reduction unit), which is where a March test
 meets them; a backdoor load does not move the faulty cell.
+
+The DRAM and DMA faults need the board (:class:`~rtl.board.BoardConfig`, the default one unless
+given): a DRAM byte address is checked against its size. A DRAM stuck bit is seen by every AXI
+read of that byte (the DMA), not by the host's backdoor, which reads the array itself. A DMA
+address bit is tied at the unit's AXI output, i.e. on the first address of each burst (the DRAM
+counts the beats of a burst from there, within its 4 KiB page). A dropped beat is handshaken on
+the bus but never reaches the load's word assembly, so every later word of that entry is
+shifted by one beat and the entry waits for a beat that never comes.
 """
 
 from __future__ import annotations
@@ -41,15 +56,21 @@ from dataclasses import dataclass
 
 from amaranth.lib import data, enum
 
-from .config import ChipConfig
+from .board import MAX_BURST_BEATS, BoardConfig
+from .config import ChipConfig, log2
 from .csr_map import REG, REG_INDEX, REGISTERS
 from .memories import MEM, MEMORIES
 
 __all__ = ["FaultKind", "Fault", "FAULT_LAYOUT", "FAULT_BITS", "FAULT_FORMS", "FAULT_SYNTAX", "parse_fault", "redundant", "constant_bits",
-           "parse_faults", "KINDS", "universe", "PINS"]
+           "parse_faults", "KINDS", "universe", "PINS", "DMA_SIDES", "DROP_BURSTS", "BOARD_KINDS", "dram_lines"]
 
 FAULT_BITS = 64
 PINS = ("idle", "irq")
+DMA_SIDES = ("both", "load", "store")  # DMA_ADDR_ALIAS target: the DMA units whose AXI address has the tied bit
+# DMA_DROP_BEAT: the burst ordinals of one entry the universe covers: every beat of the first 8
+# bursts of a load (512 bytes on a 4-byte bus). The checklist's long loads are longer than that
+# and locate the lost beat with a word to spare (docs/faults.md).
+DROP_BURSTS = 8
 
 
 class FaultKind(enum.Enum, shape=5):
@@ -67,11 +88,20 @@ class FaultKind(enum.Enum, shape=5):
     CMD_FIFO = 11
     BUS_HANG = 12
     PIN_STUCK = 13
+    DRAM_STUCK = 14
+    DMA_ADDR_ALIAS = 15
+    DMA_DROP_BEAT = 16
 
 
-# target: memory index (MEMORIES), register index (REGISTERS), PE index i*cols+j, lane, pin.
-# addr/addr2: words (aggressor/victim), or address lines (tie, bridge). value: stuck/tie/forced
-# value. aux: transition direction or coupling trigger (0 up, 1 down).
+# Faults of the board's DRAM model (fl_dram, rtl/dram.py), outside the chip's own RTL.
+BOARD_KINDS = frozenset({FaultKind.DRAM_STUCK})
+
+
+# target: memory index (MEMORIES), register index (REGISTERS), PE index i*cols+j, lane, pin, DMA
+# side (DMA_SIDES). addr/addr2: words (aggressor/victim), address lines (tie, bridge, DMA alias),
+# the low / high half of a DRAM byte address, or a burst ordinal (drop_beat). bit: the bit (of a
+# DRAM byte: 0..7), or the beat of a dropped burst. value: stuck/tie/forced value. aux:
+# transition direction or coupling trigger (0 up, 1 down).
 FAULT_LAYOUT = data.StructLayout({
     "kind": FaultKind, "target": 8, "addr": 16, "addr2": 16, "bit": 8, "value": 1, "aux": 1,
 })
@@ -93,6 +123,10 @@ FAULT_FORMS: tuple[tuple[str, str], ...] = (
     ("cmdfifo:<stuck0|stuck1>:bit=<n>", "a command FIFO data bit stuck"),
     ("bus:hang", "the CSR bus never answers"),
     ("pin:<idle|irq>:<stuck0|stuck1>", "an output pin stuck"),
+    ("dram:<stuck0|stuck1>:addr=<byte>:bit=<0..7>", "a DRAM bit stuck on every AXI read of that byte (the board)"),
+    ("dma:<alias|tie1>:addr_bit=<n>", "a DMA AXI address bit tied low / high, loads and stores"),
+    ("dma:<alias|tie1>:addr_bit=<n>:side=<load|store>", "the same on one DMA unit's AXI address only"),
+    ("dma:drop_beat:burst=<n>:beat=<m>", "the load DMA loses beat m of burst n of every entry"),
 )
 FAULT_SYNTAX = ", ".join(f for f, _ in FAULT_FORMS)
 _MEM_INDEX = {m.name: i for i, m in enumerate(MEMORIES)}
@@ -134,6 +168,16 @@ class Fault:
     def register(self) -> str | None:
         return REGISTERS[self.target].name if self.kind is FaultKind.CSR_STUCK else None
 
+    @property
+    def dram_byte(self) -> int | None:
+        """The DRAM byte address of a DRAM_STUCK fault."""
+        return self.addr | self.addr2 << 16 if self.kind is FaultKind.DRAM_STUCK else None
+
+    @property
+    def side(self) -> str | None:
+        """``both``, ``load`` or ``store``: the DMA units a DMA_ADDR_ALIAS fault is in."""
+        return DMA_SIDES[self.target] if self.kind is FaultKind.DMA_ADDR_ALIAS else None
+
 
 def _kv(spec: str, parts: list[str], keys: tuple[str, ...], optional: dict[str, str] | None = None) -> dict:
     """Parse ``key=value`` parts in this order (optional ones may be left off at the end)."""
@@ -167,10 +211,24 @@ def _choice(spec: str, key: str, text: str, options: dict[str, int]) -> int:
 
 _STUCK = {"stuck0": 0, "stuck1": 1}
 _DIR = {"up": 0, "down": 1}
+_TIE = {"alias": 0, "tie1": 1}
 
 
-def parse_fault(spec: str, config: ChipConfig) -> Fault:
-    """Parse one ``--inject`` spec against a chip config; errors say what is accepted."""
+def _board(config: ChipConfig, board: BoardConfig | None) -> BoardConfig:
+    b = BoardConfig() if board is None else board
+    return b if b.beats else b.resolve(config)
+
+
+def dram_lines(config: ChipConfig, board: BoardConfig | None = None) -> range:
+    """The AXI address bits the DRAM decodes: from the beat's (the bits below are 0 in every
+    address the DMA sends, and the DRAM ignores them) to the top of the DRAM (it ignores those)."""
+    b = _board(config, board)
+    return range(log2(b.bus_bytes), log2(b.dram_bytes))
+
+
+def parse_fault(spec: str, config: ChipConfig, board: BoardConfig | None = None) -> Fault:
+    """Parse one ``--inject`` spec against a chip config (and the board: the default one if
+    None); errors say what is accepted."""
     text = spec.strip()
     parts = text.split(":")
     kind = parts[0].lower()
@@ -271,11 +329,38 @@ def parse_fault(spec: str, config: ChipConfig) -> Fault:
             raise ValueError(f"fault {spec!r}: expected pin:<{'|'.join(PINS)}>:<stuck0|stuck1>")
         pin, how = parts[1].lower(), parts[2].lower()
         return Fault(f"pin:{pin}:{how}", FaultKind.PIN_STUCK, PINS.index(pin), value=_STUCK[how])
+    if kind == "dram":
+        if len(parts) != 4 or parts[1].lower() not in _STUCK:
+            raise ValueError(f"fault {spec!r}: expected dram:<stuck0|stuck1>:addr=<byte>:bit=<0..7>")
+        size = _board(config, board).dram_bytes
+        kv = _kv(spec, parts[2:], ("addr", "bit"))
+        a = _num(spec, "addr", kv["addr"], size, f"the {size:,}-byte DRAM has bytes")
+        b = _num(spec, "bit", kv["bit"], 8, "a DRAM byte has bits")
+        how = parts[1].lower()
+        return Fault(f"dram:{how}:addr={a}:bit={b}", FaultKind.DRAM_STUCK, addr=a & 0xFFFF, addr2=a >> 16, bit=b,
+                     value=_STUCK[how])
+    if kind == "dma":
+        how = parts[1].lower() if len(parts) > 1 else ""
+        if how in _TIE:
+            from .axi import AXI_ADDR_BITS
+
+            kv = _kv(spec, parts[2:], ("addr_bit",), {"side": "both"})
+            n = _num(spec, "addr_bit", kv["addr_bit"], AXI_ADDR_BITS, "the AXI address has bits")
+            side = _choice(spec, "side", kv["side"], {s: i for i, s in enumerate(DMA_SIDES)})
+            canon = f"dma:{how}:addr_bit={n}" + (f":side={DMA_SIDES[side]}" if side else "")
+            return Fault(canon, FaultKind.DMA_ADDR_ALIAS, side, addr=n, value=_TIE[how])
+        if how == "drop_beat":
+            kv = _kv(spec, parts[2:], ("burst", "beat"))
+            n = _num(spec, "burst", kv["burst"], 1 << 16, "burst ordinals are")
+            m = _num(spec, "beat", kv["beat"], MAX_BURST_BEATS, "a burst has beats")
+            return Fault(f"dma:drop_beat:burst={n}:beat={m}", FaultKind.DMA_DROP_BEAT, addr=n, bit=m)
+        raise ValueError(f"fault {spec!r}: DMA faults are alias, tie1 or drop_beat; expected "
+                         "dma:<alias|tie1>:addr_bit=<n>[:side=<load|store>] or dma:drop_beat:burst=<n>:beat=<m>")
     raise ValueError(f"fault {spec!r}: unknown kind {kind!r}; syntax: {FAULT_SYNTAX}")
 
 
-def parse_faults(specs, config: ChipConfig) -> tuple[Fault, ...]:
-    return tuple(parse_fault(s, config) for s in specs)
+def parse_faults(specs, config: ChipConfig, board: BoardConfig | None = None) -> tuple[Fault, ...]:
+    return tuple(parse_fault(s, config, board) for s in specs)
 
 
 # ---- the fault universe -----------------------------------------------------------------------
@@ -291,10 +376,14 @@ class KindSpace:
         return (self.nth(i) for i in range(self.size))
 
 
-def universe(cfg: ChipConfig) -> tuple[KindSpace, ...]:
-    """The fault universe of a chip, kind by kind (every site, every polarity)."""
+def universe(cfg: ChipConfig, board: BoardConfig | None = None, dram_region: int | None = None) -> tuple[KindSpace, ...]:
+    """The fault universe of a chip on a board (the default one if None), kind by kind (every
+    site, every polarity). ``dram_region``: the DRAM bytes from byte 0 whose bits make the DRAM
+    stuck-bit space (the region a checklist tests, docs/faults.md); None: the whole DRAM."""
     from .isa import COMMAND_BITS
 
+    bd = _board(cfg, board)
+    region = bd.dram_bytes if dram_region is None else min(dram_region, bd.dram_bytes)
     spaces = []
     mems = [(m.name, m.depth(cfg), m.width(cfg)) for m in MEMORIES]
     cells = [(n, d * w) for n, d, w in mems]
@@ -354,6 +443,12 @@ def universe(cfg: ChipConfig) -> tuple[KindSpace, ...]:
     spaces.append(KindSpace("cmd_fifo", COMMAND_BITS * 2, lambda i: f"cmdfifo:stuck{i % 2}:bit={i // 2}"))
     spaces.append(KindSpace("bus_hang", 1, lambda i: "bus:hang"))
     spaces.append(KindSpace("pin_stuck", 2 * len(PINS), lambda i: f"pin:{PINS[i // 2]}:stuck{i % 2}"))
+    spaces.append(KindSpace("dram_stuck", region * 16, lambda i: f"dram:stuck{i % 2}:addr={i // 16}:bit={i % 16 // 2}"))
+    dma_ties = [(ln, how, side) for ln in dram_lines(cfg, bd) for how in _TIE for side in DMA_SIDES]
+    spaces.append(KindSpace("dma_addr_alias", len(dma_ties), lambda i: f"dma:{dma_ties[i][1]}:addr_bit={dma_ties[i][0]}"
+                            + (f":side={dma_ties[i][2]}" if dma_ties[i][2] != "both" else "")))
+    spaces.append(KindSpace("dma_drop_beat", DROP_BURSTS * MAX_BURST_BEATS,
+                            lambda i: f"dma:drop_beat:burst={i // MAX_BURST_BEATS}:beat={i % MAX_BURST_BEATS}"))
     return tuple(spaces)
 
 
@@ -361,11 +456,12 @@ KINDS = tuple(s.name for s in universe(ChipConfig()))
 
 
 # ---- redundant faults -------------------------------------------------------------------------
-def constant_bits(register: str, cfg: ChipConfig) -> dict[int, int]:
+def constant_bits(register: str, cfg: ChipConfig, board: BoardConfig | None = None) -> dict[int, int]:
     """Bits of a register's read data that hold one value in every state of a good chip
-    (bit -> value): reserved bits and strobes read 0, constants read themselves, and some
-    fields are wider than any value they can hold. A fault that sticks such a bit at that
-    value changes nothing: it is redundant, and no test can see it."""
+    (bit -> value): reserved bits and strobes read 0, constants read themselves (ID, CAPS and
+    the board's DRAM0/DRAM1), and some fields are wider than any value they can hold. A fault
+    that sticks such a bit at that value changes nothing: it is redundant, and no test can see
+    it."""
     from .csr_map import ID_MAGIC, WINDOW_DATA
     from .isa import ErrCode
 
@@ -378,7 +474,7 @@ def constant_bits(register: str, cfg: ChipConfig) -> dict[int, int]:
                 used |= f.mask
         out.update({b: 0 for b in range(32) if not used >> b & 1})
     caps = cfg.caps()
-    values = {"ID": ID_MAGIC, "CAPS0": caps["CAPS0"], "CAPS1": caps["CAPS1"]}
+    values = {"ID": ID_MAGIC, "CAPS0": caps["CAPS0"], "CAPS1": caps["CAPS1"], **_board(cfg, board).regs()}
     if register in values:
         out = {b: values[register] >> b & 1 for b in range(32)}
     if register == "ERR":
@@ -395,10 +491,18 @@ def constant_bits(register: str, cfg: ChipConfig) -> dict[int, int]:
     return out
 
 
-def redundant(fault: Fault, cfg: ChipConfig, revision_code: int | None = None) -> str | None:
+def redundant(fault: Fault, cfg: ChipConfig, revision_code: int | None = None,
+              board: BoardConfig | None = None) -> str | None:
     """Why ``fault`` cannot change what the chip does, or None if it can."""
+    if fault.kind is FaultKind.DMA_ADDR_ALIAS:
+        lines = dram_lines(cfg, board)
+        if fault.addr < lines.start:
+            return (f"AXI address bit {fault.addr} is below the {1 << lines.start}-byte beat: every address the DMA "
+                    "sends has it at 0 and the DRAM ignores it")
+        if fault.addr >= lines.stop:
+            return f"AXI address bit {fault.addr} is above the DRAM's {lines.stop} address bits: the DRAM ignores it"
     if fault.kind is FaultKind.CSR_STUCK:
-        const = constant_bits(fault.register, cfg)
+        const = constant_bits(fault.register, cfg, board)
         if fault.register == "REV" and revision_code is not None:
             const = {b: revision_code >> b & 1 for b in range(32)}
         if const.get(fault.bit) == fault.value:

@@ -12,7 +12,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 
 from .faults import FaultKind
 
-__all__ = ["active", "force_bit", "stuck_value", "SramSaboteur"]
+__all__ = ["active", "could_be", "force_bit", "stuck_value", "dma_address", "dram_read_data", "SramSaboteur"]
 
 
 def active(desc, kind: FaultKind, target: int | None = None):
@@ -23,16 +23,31 @@ def active(desc, kind: FaultKind, target: int | None = None):
     return cond
 
 
+def could_be(descs, *kinds: FaultKind) -> list:
+    """The descriptors that may be a fault of these kinds: every port descriptor (a campaign
+    sets it at run time), and the constant ones (``--inject``) of these kinds. A site with
+    none of them builds no saboteur logic."""
+    wanted = {k.value for k in kinds}
+    out = []
+    for d in descs:
+        v = d.as_value()
+        field = d.shape()["kind"]
+        if isinstance(v, Const) and (v.value >> field.offset) & ((1 << field.width) - 1) not in wanted:
+            continue
+        out.append(d)
+    return out
+
+
 def _onehot(m: Module, width: int, bit, name: str):
     s = Signal(width, name=name)
     m.d.comb += s.eq(Const(1, width) << bit)
     return s
 
 
-def force_bit(m: Module, value, desc, cond, name: str):
-    """``value`` with bit ``desc.bit`` forced to ``desc.value`` while ``cond``."""
+def force_bit(m: Module, value, desc, cond, name: str, bit=None):
+    """``value`` with bit ``desc.bit`` (or ``bit``) forced to ``desc.value`` while ``cond``."""
     w = len(value)
-    one = _onehot(m, w, desc.bit, f"{name}_bit")
+    one = _onehot(m, w, desc.bit if bit is None else bit, f"{name}_bit")
     forced = Mux(desc.value, value | one, value & ~one)
     out = Signal(w, name=name)
     m.d.comb += out.eq(Mux(cond, forced, value))
@@ -48,6 +63,30 @@ def stuck_value(m: Module, value, descs, kind: FaultKind, target: int | None, na
             cond = cond & extra(d)
         value = force_bit(m, value, d, cond, f"{name}_f{n}")
     return value
+
+
+def dma_address(m: Module, addr, descs, side: int, name: str):
+    """A DMA unit's AXI address through every tied address bit of that unit (``side``: its
+    index in ``rtl.faults.DMA_SIDES``; a fault on side 0 ties the bit of both units)."""
+    for n, d in enumerate(could_be(descs, FaultKind.DMA_ADDR_ALIAS)):
+        cond = active(d, FaultKind.DMA_ADDR_ALIAS) & ((d.target == 0) | (d.target == side))
+        addr = force_bit(m, addr, d, cond, f"{name}_f{n}", bit=d.addr[:5])
+    return addr
+
+
+def dram_read_data(m: Module, data, addr_q, descs, bus_bytes: int, name: str):
+    """The DRAM's AXI read data (one beat) through every stuck DRAM bit: ``addr_q`` is the byte
+    address the beat was read from (a DRAM_STUCK descriptor holds a byte address and the bit of
+    that byte)."""
+    shift = (bus_bytes - 1).bit_length()
+    for n, d in enumerate(could_be(descs, FaultKind.DRAM_STUCK)):
+        byte = Signal(32, name=f"{name}_byte{n}")
+        m.d.comb += byte.eq(d.addr | (d.addr2 << 16))
+        bit = Signal(range(8 * bus_bytes), name=f"{name}_bit{n}")
+        m.d.comb += bit.eq(((byte & (bus_bytes - 1)) << 3) | d.bit[:3])
+        cond = active(d, FaultKind.DRAM_STUCK) & ((addr_q >> shift) == (byte >> shift)[:len(addr_q) - shift])
+        data = force_bit(m, data, d, cond, f"{name}_f{n}", bit=bit)
+    return data
 
 
 class SramSaboteur:

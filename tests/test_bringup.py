@@ -10,8 +10,10 @@ from junitparser import JUnitXml
 from conftest import SEED, require_sim
 from cosim.build import Variant
 from firstlight import cli
-from firstlight.bringup.plan import STAGE_NAMES, closure
+from firstlight.bringup.plan import DRAM_TEST_BYTES, STAGE_NAMES, closure, dram_test_bytes
 from firstlight.bringup.run import assemble
+from rtl.board import BoardConfig
+from rtl.config import ChipConfig
 
 STAGE_KEYS = {"name", "status", "depends_on", "blocked_by", "duration_s", "details", "figures"}
 
@@ -62,6 +64,7 @@ FAULTS = [
     ("csr:SCRATCH:stuck0:bit=7", "csr_bus", ["SCRATCH", "bit 7 stuck at 0"]),
     ("csr:CAPS0:stuck1:bit=20", "reset", []),  # no documented reset for CAPS: see identity below
     ("csr:REV:stuck1:bit=0", "identity", ["REV", "built as A0"]),
+    ("dma:tie1:addr_bit=3:side=load", "dram", ["AXI address bit 3 stuck at 1 on the load DMA only"]),
 ]
 
 
@@ -144,8 +147,45 @@ def test_report_keeps_stages_before_a_simulator_crash():
 
 def test_only_pulls_in_dependencies():
     assert closure(["memories"]) == {"build", "reset", "identity", "csr_bus", "memories"}
+    assert closure(["dma_smoke"]) == {"build", "reset", "identity", "csr_bus", "memories", "command_path", "dram",
+                                      "dma_smoke"}
+    assert {"dram", "dma_smoke"} <= closure(["engine_smoke"])  # the kernels move their data by DMA
     with pytest.raises(ValueError, match="unknown stage 'memory'"):
         closure(["memory"])
+
+
+def test_dram_test_region_is_whole_pages_inside_the_dram():
+    board = BoardConfig(dram_bytes=1 << 16).resolve(ChipConfig())
+    assert dram_test_bytes(None, board) == DRAM_TEST_BYTES == 4096
+    assert dram_test_bytes(8192, board) == 8192 and dram_test_bytes(1 << 16, board) == 1 << 16
+    for bad in (0, 1024, 6000, 1 << 17, True):
+        with pytest.raises(ValueError, match="whole number of 4 KiB pages"):
+            dram_test_bytes(bad, board)
+
+
+@pytest.mark.sim
+def test_dram_region_is_the_stage_option(tmp_path):
+    """A DRAM bit outside the default region passes the dram stage (it is the board's memory
+    test's, docs/faults.md); the stage's region option brings it in, and it is named."""
+    require_sim("verilator")
+    from cosim.build import build_simulator
+    from cosim.jobs import run_job
+    from firstlight.bringup.stages import bringup_job
+    from rtl.faults import parse_fault
+
+    small = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)
+    build = build_simulator(Variant(config=small, revision="A0", fault_port=True), sim="verilator")
+    fault = parse_fault("dram:stuck1:addr=6000:bit=1", small)
+    out = {}
+    for region in (None, 8192):
+        res = run_job(bringup_job, {"selected": sorted(closure(["dram"]) - {"build"}), "seed": SEED, "faults": [],
+                                    "built_revision": "A0", "fault_code": fault.encode(), "dram_test_bytes": region},
+                      variant=build.variant, sim="verilator", work_dir=tmp_path / str(region), discover=False,
+                      build=build)
+        out[region] = {r["name"]: r for r in res.records if r.get("type") == "stage"}["dram"]
+    assert out[None]["status"] == "passed" and "DRAM bytes 0..4095" in out[None]["details"], out[None]
+    assert out[8192]["status"] == "failed", out[8192]
+    assert "DRAM byte 6000 (0x1770) bit 1 reads 1" in out[8192]["details"], out[8192]["details"]
 
 
 @pytest.mark.parametrize(

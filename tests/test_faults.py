@@ -7,6 +7,7 @@ Icarus, and must agree with the campaign build.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import numpy as np
@@ -14,9 +15,12 @@ import numpy as np
 import pytest
 
 from firstlight import cli
-from firstlight.faults.campaign import CATCHERS, classify, expected_site, run_campaign, sample_faults
+from firstlight.bringup import diagnose
+from firstlight.bringup.plan import DRAM_TEST_BYTES
+from firstlight.faults.campaign import CATCHERS, campaign_universe, classify, expected_site, run_campaign, sample_faults
+from rtl.board import BoardConfig
 from rtl.config import ChipConfig
-from rtl.faults import KINDS, FaultKind, constant_bits, parse_fault, redundant, universe
+from rtl.faults import KINDS, FaultKind, constant_bits, dram_lines, parse_fault, redundant, universe
 
 from conftest import SEED, require_sim
 
@@ -54,6 +58,12 @@ KIND_FAULTS = [
     ("pin:idle:stuck1", "command_path", ["idle pin reads 1 while the engine is busy"]),
     ("pin:irq:stuck1", "reset", ["irq pin reads 1"]),
     ("pin:irq:stuck0", "command_path", ["irq pin reads 0"]),
+    ("dram:stuck1:addr=1234:bit=5", "dram", ["DRAM byte 1234 (0x4d2) bit 5 reads 1"]),
+    ("dram:stuck0:addr=4095:bit=7", "dram", ["DRAM byte 4095 (0xfff) bit 7 reads 0", "complemented"]),
+    ("dma:alias:addr_bit=12", "dram", ["AXI address bit 12 stuck at", "on loads and stores"]),
+    ("dma:tie1:addr_bit=3:side=load", "dram", ["AXI address bit 3 stuck at 1 on the load DMA only"]),
+    ("dma:alias:addr_bit=9:side=store", "dram", ["AXI address bit 9 stuck at 0 on the store DMA only"]),
+    ("dma:drop_beat:burst=2:beat=9", "dram", ["drops beat 9 of burst 2 of an entry", "never comes"]),
 ]
 
 
@@ -79,7 +89,14 @@ def test_every_kind_parses_and_round_trips():
     ("cmdfifo:stuck2:bit=0", "expected cmdfifo:<stuck0|stuck1>:bit=<n>"),
     ("pin:reset:stuck1", "expected pin:<idle|irq>"),
     ("bus:slow", "expected bus:hang"),
-    ("dram:stuck1", "unknown kind 'dram'"),
+    ("flash:stuck1", "unknown kind 'flash'"),
+    ("dram:stuck1:addr=1048576:bit=0", "addr=1048576 is out of range; the 1,048,576-byte DRAM has bytes 0..1048575"),
+    ("dram:stuck1:addr=0:bit=8", "bit=8 is out of range; a DRAM byte has bits 0..7"),
+    ("dram:stuck2:addr=0:bit=1", "expected dram:<stuck0|stuck1>:addr=<byte>:bit=<0..7>"),
+    ("dma:alias:addr_bit=32", "addr_bit=32 is out of range; the AXI address has bits 0..31"),
+    ("dma:tie1:addr_bit=3:side=both_ways", "side must be one of both, load, store"),
+    ("dma:drop_beat:burst=0:beat=16", "beat=16 is out of range; a burst has beats 0..15"),
+    ("dma:slow", "DMA faults are alias, tie1 or drop_beat"),
 ])
 def test_bad_specs_say_what_is_accepted(spec, message):
     with pytest.raises(ValueError) as e:
@@ -98,6 +115,17 @@ def test_universe_counts_every_site():
             parse_fault(space.nth(i), SMALL)
     specs = list(spaces["sram_addr_bridge"])
     assert len(specs) == len(set(specs)) == spaces["sram_addr_bridge"].size
+    # the board's kinds: every bit of the DRAM, every address bit it decodes (1 MiB, 4-byte bus:
+    # bits 2..19) tied low or high on three sides, every beat of the first 8 bursts
+    assert spaces["dram_stuck"].size == 2 * 8 * (1 << 20)
+    assert spaces["dma_addr_alias"].size == 18 * 2 * 3
+    assert spaces["dma_drop_beat"].size == 8 * 16
+    aliases = list(spaces["dma_addr_alias"])
+    assert len(set(aliases)) == len(aliases) and not any(redundant(parse_fault(a, SMALL), SMALL) for a in aliases)
+    # a campaign samples the DRAM bits of the region the checklist tests
+    region = {s.name: s for s in campaign_universe(SMALL)}["dram_stuck"]
+    assert region.size == 2 * 8 * DRAM_TEST_BYTES
+    assert parse_fault(region.nth(region.size - 1), SMALL).dram_byte == DRAM_TEST_BYTES - 1
 
 
 def test_sample_is_seeded_spread_and_without_repeats():
@@ -120,6 +148,13 @@ def test_redundant_faults_are_the_bits_a_good_chip_never_changes():
     one = next(b for b in range(32) if 0x464C4954 >> b & 1)
     assert redundant(parse_fault(f"csr:ID:stuck1:bit={one}", SMALL), SMALL)
     assert not redundant(parse_fault(f"csr:ID:stuck0:bit={one}", SMALL), SMALL)
+    # AXI address bits the DRAM never decodes: below the 4-byte beat, above the 1 MiB DRAM
+    assert "below the 4-byte beat" in redundant(parse_fault("dma:tie1:addr_bit=1", SMALL), SMALL)
+    assert "above the DRAM's 20 address bits" in redundant(parse_fault("dma:alias:addr_bit=20:side=load", SMALL), SMALL)
+    assert not redundant(parse_fault("dma:alias:addr_bit=19", SMALL), SMALL)
+    small = BoardConfig(dram_bytes=1 << 16)
+    assert redundant(parse_fault("dma:alias:addr_bit=16", SMALL), SMALL, board=small)
+    assert list(dram_lines(SMALL, small)) == list(range(2, 16))
 
 
 def test_classify_requires_the_right_stage_and_site():
@@ -136,6 +171,91 @@ def test_classify_requires_the_right_stage_and_site():
     assert classify(f, SMALL, crash, None)["verdict"] == "error"
     assert classify(f, SMALL, [], "simulator killed by SIGKILL")["verdict"] == "error"
     assert set(CATCHERS) == set(FaultKind) - {FaultKind.NONE}
+    # a bit tied on both sides: the bit and the side must be named (through the DMA the level
+    # cannot be told); on one side the level too
+    both = parse_fault("dma:alias:addr_bit=12", SMALL)
+    said = [{"name": "dram", "status": "failed", "details": "AXI address bit 12 stuck at 0 or 1 on loads and stores"}]
+    wrong_side = [{"name": "dram", "status": "failed", "details": "AXI address bit 12 stuck at 0 on the load DMA only"}]
+    assert classify(both, SMALL, said, None)["verdict"] == "detected"
+    assert classify(both, SMALL, wrong_side, None)["verdict"] == "misattributed"
+    load = parse_fault("dma:tie1:addr_bit=12:side=load", SMALL)
+    assert classify(load, SMALL, wrong_side, None)["verdict"] == "misattributed"  # stuck at 0, not 1
+
+
+# ---- the DRAM tests against a model of a faulty board (no simulator) ------------------------------
+class _ModelBoard:
+    """The DMA and the DRAM as diagnose.DramImage models them, with one fault of the universe:
+    the same interface as the dram stage's port to the chip (firstlight.bringup.stages._DmaPort).
+    What no transfer wrote reads as seeded junk, like a DRAM's old contents."""
+
+    def __init__(self, fault, seed: int):
+        from firstlight.bringup.stages import STAGING_BYTES
+
+        board = BoardConfig().resolve(SMALL)
+        self.bus, self.bits, self.size = board.bus_bytes, board.bus_bits, board.dram_bytes
+        self.mask = (1 << self.bits) - 1
+        self.wb = SMALL.acc_word_bits // 8
+        self.wbeats = self.wb // self.bus
+        self.words = min(SMALL.acc_depth, STAGING_BYTES // self.wb)
+        self.block = self.words * self.wb
+        tie = diagnose.Tie(fault.addr, fault.value, fault.side) if fault.kind is FaultKind.DMA_ADDR_ALIAS else None
+        self.stuck = (fault.dram_byte, fault.bit, fault.value) if fault.kind is FaultKind.DRAM_STUCK else None
+        self.image = diagnose.DramImage(self.bus, self.size, tie)
+        self.junk = np.random.default_rng(seed)
+
+    async def store(self, dram, beats):
+        self.image.store(dram, beats)
+
+    async def load(self, dram, nbeats):
+        out = []
+        for a in self.image.addresses(dram, nbeats, "load"):
+            v = self.image.beats.setdefault(a, int(self.junk.integers(0, 1 << 62)) & self.mask)
+            if self.stuck and a <= self.stuck[0] < a + self.bus:
+                one = 1 << ((self.stuck[0] - a) * 8 + self.stuck[1])
+                v = v | one if self.stuck[2] else v & ~one
+            out.append(v)
+        return out
+
+
+def _model_dram_stage(spec: str, seed: int) -> str | None:
+    from firstlight.bringup.stages import _DramCheck, _DramFault
+
+    fault = parse_fault(spec, SMALL)
+    port = _ModelBoard(fault, seed)
+    check = _DramCheck(port, port.size, dram_lines(SMALL), np.random.default_rng(seed))
+    try:
+        asyncio.run(check.run(DRAM_TEST_BYTES))
+    except _DramFault as e:
+        return str(e)
+    return None
+
+
+def _sampled(kind: str, n: int, seed: int) -> list[str]:
+    space = {s.name: s for s in campaign_universe(SMALL)}[kind]
+    return [space.nth(int(i)) for i in sorted(np.random.default_rng(seed).choice(space.size, n, replace=False))]
+
+
+def test_model_dram_stage_passes_a_good_board():
+    port = _ModelBoard(parse_fault("pin:irq:stuck1", SMALL), SEED)  # no DRAM or DMA fault
+    from firstlight.bringup.stages import _DramCheck
+
+    offsets = asyncio.run(_DramCheck(port, port.size, dram_lines(SMALL), np.random.default_rng(SEED)).run(4096))
+    assert offsets == [0] + [1 << i for i in range(2, 20)]
+
+
+@pytest.mark.parametrize("spec", _sampled("dma_addr_alias", 24, SEED) + _sampled("dram_stuck", 12, SEED))
+def test_model_dram_stage_names_the_fault(spec):
+    """The dram stage's tests and diagnosis on a model board with one fault: a tied address bit
+    is named with its side (and its level, where the DMA can tell), a stuck bit with its byte."""
+    seed = SEED + sum(map(ord, spec))
+    said = _model_dram_stage(spec, seed)
+    f = parse_fault(spec, SMALL)
+    site = expected_site(f, SMALL)
+    how = f"(seed {seed}; FIRSTLIGHT_SEED={SEED} pytest tests/test_faults.py -k '{spec}')"
+    assert said is not None, f"{spec} escaped the dram stage {how}"
+    for w in (site,) if isinstance(site, str) else site:
+        assert w in said, (w, said, how)
+    assert "; or " not in said.split(": ")[0], (said, how)  # one candidate, not a list
 
 
 # ---- the checklist against the faults, on the simulator -----------------------------------------
@@ -160,9 +280,10 @@ def test_fault_is_caught_by_its_stage_with_its_location(campaign, spec, stage, w
 
 @pytest.mark.sim
 @pytest.mark.parametrize("spec", ["pe:2,1:acc:stuck1:bit=9", "sram:ACC:coupling:aggr=3:victim=40:bit=66:on=up:to=1",
-                                  "cmdfifo:stuck1:bit=77"])
+                                  "cmdfifo:stuck1:bit=77", "dram:stuck1:addr=1234:bit=5"])
 def test_inject_build_agrees_with_the_campaign_build(tmp_path, campaign, spec):
-    """--inject elaborates the descriptor as a constant: same saboteur, same verdict and words."""
+    """--inject elaborates the descriptor as a constant: same saboteur, same verdict and words
+    (a DRAM fault's constant goes to the board's DRAM module, fl_dram, not to the chip)."""
     require_sim("icarus")
     report = tmp_path / "report"
     code = cli.main(["bringup", "--sim", "icarus", "--formats", "int8", "--sram-depth", "64", "--seed", str(SEED),

@@ -59,6 +59,7 @@ module fl_tb (
 `ifdef FL_FAULT_PORT
     // Fault-campaign builds: the descriptor of the one fault this run injects (rtl/faults.py),
     // written once by the testbench before reset and constant afterwards; 0 is a good chip.
+    // The chip and the board's DRAM (a DRAM fault) both take it.
     reg [`FL_FAULT_PORT-1:0] fault_sel = 0;
 `endif
 
@@ -77,6 +78,9 @@ module fl_tb (
     wire [`FL_BUS_BITS/8-1:0] axi_wstrb;
     fl_dram dram (
         .clk(clk), .rst(rst),
+`ifdef FL_FAULT_PORT
+        .fault_sel(fault_sel),
+`endif
         .axi_awaddr(axi_awaddr), .axi_awlen(axi_awlen), .axi_awsize(axi_awsize), .axi_awburst(axi_awburst),
         .axi_awvalid(axi_awvalid), .axi_awready(axi_awready), .axi_wdata(axi_wdata), .axi_wstrb(axi_wstrb),
         .axi_wlast(axi_wlast), .axi_wvalid(axi_wvalid), .axi_wready(axi_wready), .axi_bresp(axi_bresp),

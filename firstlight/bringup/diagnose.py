@@ -1,21 +1,35 @@
-"""Fault location after a datapath check failed: which PE, which reduction lane, which bit.
+"""Fault location after a datapath check failed: which PE, which reduction lane, which bit;
+which DRAM byte, which AXI address bit, which DMA beat.
 
 Each locator runs small raw probes (operands loaded through the backdoor, one command, the
 result read back through the backdoor), chosen so that no erratum of any revision touches them
-(K = 2, B away from the top word, no back-to-back MATMULs, SUM over an even count), and
-compares the results with models of the candidate faults. It returns a sentence, or None when
-the probes show nothing (the fault is elsewhere).
+(K = 2, B away from the top word, no back-to-back MATMULs, SUM over an even count; DMA
+transfers inside one 4 KiB page, one row), and compares the results with models of the
+candidate faults. It returns a sentence, or None when the probes show nothing (the fault is
+elsewhere).
+
+The DRAM checks (the ``dram`` stage) keep the history of their transfers; when a load reads
+back wrong, :func:`explain_dram` replays that history through :class:`DramImage` once per
+candidate fault -- every AXI address bit the DRAM decodes, tied low or high, on the load
+side, the store side or both -- and names the candidates that reproduce what was read, or the
+DRAM bits that read wrong when no address fault does.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from cosim.device import DeviceTimeout
 from kernels.layout import int32_to_words, pack_a_panels, pack_b_panels, words_to_int32
-from rtl.isa import ReduceOp, matmul, reduce
+from rtl.board import MAX_BURST_BEATS, PAGE_BYTES
+from rtl.dram import OUTSTANDING
+from rtl.isa import ReduceOp, dma_load, dma_store, matmul, reduce
 from rtl.memories import Region
 
-__all__ = ["locate_pe", "locate_lane", "walk_pes", "walk_lanes"]
+__all__ = ["locate_pe", "locate_lane", "walk_pes", "walk_lanes", "DramImage", "Tie", "describe_ties", "explain_dram",
+           "dram_cells", "locate_dropped_beat", "drain_dram"]
 
 
 def _force(v: int, bit: int, val: int, width: int) -> int:
@@ -155,3 +169,164 @@ async def walk_lanes(dev) -> list[str]:
         if got != want:
             problems.append(f"REDUCE lane walk (word of {fill}s, word of 0s): got {got}, expected {want}")
     return problems
+
+
+# ---- DRAM and DMA ----------------------------------------------------------------------------
+TIE_WHERE = {"both": "on loads and stores", "load": "on the load DMA only", "store": "on the store DMA only"}
+_TIE_NOTE = {"both": "the DMA's AXI address, the board or the DRAM's decoder",
+             "load": "stores land where they should", "store": "loads read where they should"}
+
+
+@dataclass(frozen=True)
+class Tie:
+    """A candidate address fault: AXI address bit ``line`` tied to ``level`` on ``side``
+    (``both``, ``load`` or ``store``: rtl.faults.DMA_SIDES)."""
+
+    line: int
+    level: int
+    side: str
+
+    def applies(self, side: str) -> bool:
+        return self.side in ("both", side)
+
+
+def describe_ties(ties: list[Tie]) -> str:
+    """One sentence for the candidates that fit equally well. A bit tied on both sides at 0
+    and at 1 looks the same through the DMA (reads go where the writes went), so such a pair
+    is one finding: "stuck at 0 or 1"."""
+    groups: dict[tuple[int, str], set[int]] = {}
+    for t in ties:
+        groups.setdefault((t.line, t.side), set()).add(t.level)
+    parts = [f"AXI address bit {line} stuck at {' or '.join(map(str, sorted(levels)))} {TIE_WHERE[side]} "
+             f"({_TIE_NOTE[side]})" for (line, side), levels in groups.items()]
+    return "; or ".join(parts[:3]) + (f"; or {len(parts) - 3} more candidates" if len(parts) > 3 else "")
+
+
+class DramImage:
+    """What the DRAM holds after DMA transfers, beat by beat, as rtl/dma.py and rtl/dram.py move
+    them: one row is cut into bursts of at most MAX_BURST_BEATS beats that end at the row's end
+    and at 4 KiB pages (of the address the DMA means); each burst starts at its AXI address
+    (through ``tie``, when the model has one) and counts its beats up from there within that
+    address's page. Beats nothing has written read as None."""
+
+    def __init__(self, bus_bytes: int, dram_bytes: int, tie: Tie | None = None):
+        self.bus, self.size, self.tie = bus_bytes, dram_bytes, tie
+        self.beats: dict[int, int] = {}
+
+    def bursts(self, addr: int, nbeats: int):
+        """(first byte, beats) of each burst of a one-row transfer, as the DMA cuts it."""
+        while nbeats:
+            n = min(nbeats, MAX_BURST_BEATS, (PAGE_BYTES - addr % PAGE_BYTES) // self.bus)
+            yield addr, n
+            addr += n * self.bus
+            nbeats -= n
+
+    def addresses(self, addr: int, nbeats: int, side: str) -> list[int]:
+        """The byte address of every beat of a transfer, as the DRAM sees them."""
+        out = []
+        for start, n in self.bursts(addr, nbeats):
+            t = self.tie
+            if t is not None and t.applies(side):
+                start = start | (1 << t.line) if t.level else start & ~(1 << t.line)
+            page = start & ~(PAGE_BYTES - 1)
+            out += [(page | ((start + k * self.bus) & (PAGE_BYTES - 1))) % self.size for k in range(n)]
+        return out
+
+    def store(self, addr: int, values) -> None:
+        for a, v in zip(self.addresses(addr, len(values), "store"), values):
+            self.beats[a] = v
+
+    def load(self, addr: int, nbeats: int) -> list[int | None]:
+        return [self.beats.get(a) for a in self.addresses(addr, nbeats, "load")]
+
+
+def dram_cells(addr: int, got: list[int], want: list[int], bus_bytes: int) -> list[tuple[int, int, int]]:
+    """(byte address, bit of the byte, value read) of every bit of a load that read wrong."""
+    out = []
+    for k, (g, w) in enumerate(zip(got, want)):
+        diff = g ^ w
+        for j in range(8 * bus_bytes):
+            if diff >> j & 1:
+                out.append((addr + k * bus_bytes + j // 8, j % 8, g >> j & 1))
+    return out
+
+
+def explain_dram(history: list[tuple], bus_bytes: int, dram_bytes: int, lines) -> list[Tie]:
+    """The address faults that reproduce every load of ``history`` -- ("store", addr, values)
+    and ("load", addr, values read) in the order they ran -- where a good DRAM does not: no
+    beat the candidate knows reads otherwise, and at least one beat the good model gets wrong
+    it gets right. Of those, the ones that know the most beats read (the others leave more of
+    what was read to chance: data nothing wrote)."""
+    good = DramImage(bus_bytes, dram_bytes)
+    expected = []  # per load: what a good DRAM returns
+    for op, addr, values in history:
+        if op == "store":
+            good.store(addr, values)
+        else:
+            expected.append(good.load(addr, len(values)))
+    scored = []
+    for line in lines:
+        for level in (0, 1):
+            for side in ("both", "load", "store"):
+                tie = Tie(line, level, side)
+                img, score, explained, n = DramImage(bus_bytes, dram_bytes, tie), 0, 0, 0
+                for op, addr, values in history:
+                    if op == "store":
+                        img.store(addr, values)
+                        continue
+                    pred = img.load(addr, len(values))
+                    if any(p is not None and p != v for p, v in zip(pred, values)):
+                        break
+                    explained += sum(p == v != e for p, v, e in zip(pred, values, expected[n]))
+                    score += sum(p is not None for p in pred)
+                    n += 1
+                else:
+                    if explained:
+                        scored.append((score, tie))
+    best = max((sc for sc, _ in scored), default=0)
+    return [t for sc, t in scored if sc == best]
+
+
+async def drain_dram(dev) -> None:
+    """Soft reset (a load waiting for a beat that never comes is stopped) and wait until every
+    read burst the DRAM still owes has drained (the load unit takes strays while idle)."""
+    b = dev.board
+    await dev.soft_reset()
+    await dev.tb.wait_cycles(2 * (b.latency + OUTSTANDING * MAX_BURST_BEATS * b.period // b.beats + 16))
+
+
+async def locate_dropped_beat(dev, dram: int, words: int, budget: int) -> str | None:
+    """Name the beat a load DMA loses: one 1D load of ``words`` ACC words from ``dram``
+    (page-aligned, inside one page: full 16-beat bursts) of distinct beats, stored there first.
+    A lost beat shows as every later beat landing one beat early, and the load never finishing
+    (it waits for one beat more); the last word then stays unwritten."""
+    b = dev.board
+    bits = b.bus_bits
+    wbeats = dev.mem_width(Region.ACC) // bits
+    n = words * wbeats
+    mask = (1 << bits) - 1
+    beats = [((k + 1) * 0x9E3779B97F4A7C15) & mask for k in range(n + 1)]  # odd multiplier: all distinct
+    await drain_dram(dev)
+    dev.load_words(Region.ACC, 0, [sum(beats[w * wbeats + i] << (bits * i) for i in range(wbeats)) for w in range(words)])
+    hung = False
+    with dev.submit_filter_suspended():
+        await dev.run([dma_store(sram=0, dram=dram, words=words)], budget)
+        dev.load_words(Region.ACC, 0, [0] * words)
+        try:
+            await dev.run([dma_load(Region.ACC, sram=0, dram=dram, words=words)], budget)
+        except DeviceTimeout:
+            hung = True
+    got = [w >> (bits * i) & mask for w in dev.read_words(Region.ACC, 0, words) for i in range(wbeats)]
+    await drain_dram(dev)
+    landed = (n - 1) // wbeats * wbeats if hung else n  # a lost beat leaves the last word unwritten
+    k = next((i for i in range(landed) if got[i] != beats[i]), None)
+    if k is None:
+        return (f"a {n}-beat load from DRAM byte {dram} never finished: it lost one of its last {n - landed} beats"
+                if hung else None)
+    if hung and all(got[i] == beats[i + 1] for i in range(k, landed)):
+        burst, beat = divmod(k, MAX_BURST_BEATS)
+        return (f"the load DMA drops beat {beat} of burst {burst} of an entry (beat {k} of a {n}-beat load from DRAM "
+                f"byte {dram}, full {MAX_BURST_BEATS}-beat bursts): every later beat lands one beat early (ACC word "
+                f"{k // wbeats} on) and the load waits for a beat that never comes")
+    return (f"a {n}-beat load from DRAM byte {dram} into ACC reads beat {k} wrong (0x{got[k]:x}, expected "
+            f"0x{beats[k]:x}), not as a lost beat" + ("; the load never finished" if hung else ""))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Stage", "STAGES", "STAGE_NAMES", "STATUSES", "closure"]
+__all__ = ["Stage", "STAGES", "STAGE_NAMES", "STATUSES", "closure", "DRAM_TEST_BYTES", "dram_test_bytes"]
 
 # failed: the chip is wrong. error: the harness could not tell (simulator crash, failed build,
 # corrupt cache, a bug in a stage). interrupted: SIGINT/SIGTERM arrived while it ran.
@@ -26,12 +26,35 @@ STAGES: tuple[Stage, ...] = (
     Stage("memories", "SRAMs through the front door: data bus, address bus, address-in-address, March C-",
           ("csr_bus",)),
     Stage("command_path", "NOP, FENCE, DONE_COUNT, bad opcode and recovery", ("memories",)),
-    Stage("engine_smoke", "identity and random MATMUL, reductions vs golden", ("command_path",)),
+    Stage("dram", "DRAM through the DMA: data bus, address bus, address-in-address, March C- over a region",
+          ("command_path",)),
+    Stage("dma_smoke", "1D/2D DMA into every SRAM and from ACC; bad descriptors; DMA status and semaphores",
+          ("dram",)),
+    # The GEMM and reduction kernels move their data by DMA: no engine test means anything
+    # until the DMA has passed (errata and kernels depend on this one, so on the DMA too).
+    Stage("engine_smoke", "identity and random MATMUL, reductions vs golden", ("command_path", "dma_smoke")),
     Stage("errata", "every reproducer vs the registry", ("engine_smoke",)),
     Stage("kernels", "GEMM and reduction suite with mitigations", ("engine_smoke",)),
     Stage("performance", "perf counters consistent, utilisation vs roofline", ("kernels",)),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
+
+# The dram stage's region: DRAM bytes 0..DRAM_TEST_BYTES-1 get the address-in-address and March
+# C- tests (the data and address buses are walked over the whole DRAM whatever the region). One
+# 4 KiB page keeps the stage at a fraction of a second on Verilator and a few seconds on Icarus;
+# `firstlight bringup --dram-test-bytes` widens it (the whole DRAM is a board memory test).
+DRAM_TEST_BYTES = 4096
+_PAGE = 4096
+
+
+def dram_test_bytes(n: int | None, board) -> int:
+    """The dram stage's region for ``board`` (a resolved rtl.board.BoardConfig): ``n`` bytes
+    (None: DRAM_TEST_BYTES), a whole number of 4 KiB pages inside the DRAM, or ValueError."""
+    n = DRAM_TEST_BYTES if n is None else n
+    if not isinstance(n, int) or isinstance(n, bool) or n < _PAGE or n % _PAGE or n > board.dram_bytes:
+        raise ValueError(f"the DRAM test region must be a whole number of 4 KiB pages (4096, 8192, ...) up to the "
+                         f"{board.dram_bytes:,}-byte DRAM, not {n!r}")
+    return n
 BY_NAME = {s.name: s for s in STAGES}
 
 

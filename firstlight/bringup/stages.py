@@ -19,19 +19,23 @@ from golden import quant
 from kernels.gemm import gemm, plan_for
 from kernels.lowp import gemm_lowp, mx_gemm_codes
 from kernels.reduce import reduce_rows
+from rtl.board import MAX_BURST_BEATS
 from rtl.config import ChipConfig
-from rtl.csr_map import ID_MAGIC, REG, REGISTERS, WINDOW_DATA
+from rtl.csr_map import ID_MAGIC, REG, REGISTERS, SEMAPHORES, UNITS_THAT_WAIT, WINDOW_DATA
 from cosim.device import DeviceError, DeviceTimeout
 from cosim.testbench import BusTimeout
-from rtl.isa import ErrCode, ReduceOp, fence, field_of_bit, matmul, nop, pack_command, reduce, with_opcode
-from rtl.memories import MEMORIES
+from rtl.dma import LOAD_REGIONS
+from rtl.faults import dram_lines
+from rtl.isa import (DmaQueue, ErrCode, Opcode, ReduceOp, dma_load, dma_store, dma_stride, fence, field_of_bit, matmul,
+                     nop, pack_command, reduce, with_opcode)
+from rtl.memories import MEMORIES, Region
 from rtl.revisions import BY_CODE, REVISIONS
 from workarounds.check import compare
 from workarounds.reproducers import run_reproducer
 
 from ..jobs.checks import lowp_mismatch
 from . import diagnose, registers
-from .plan import STAGES
+from .plan import STAGES, dram_test_bytes
 
 __all__ = ["bringup_job", "StageFailed"]
 
@@ -44,8 +48,10 @@ class StageFailed(Exception):
 
 
 class Ctx:
-    def __init__(self, dev, seed: int, expected: ChipConfig, faults: list[str], built_revision: str | None = None):
+    def __init__(self, dev, seed: int, expected: ChipConfig, faults: list[str], built_revision: str | None = None,
+                 dram_test_bytes: int | None = None):
         self.dev = dev
+        self.dram_test_bytes = dram_test_bytes  # None: the plan's default region
         self.built_revision = built_revision
         self.seed = seed
         self.expected = expected
@@ -122,6 +128,11 @@ async def stage_identity(ctx: Ctx):
         want = ctx.expected.caps()[name]
         if got != want and not (found is not None and found != ctx.expected):
             problems.append(f"{name} = 0x{got:08x}, this chip's is 0x{want:08x} (bits {_bits(got ^ want)} differ)")
+    for name, want in dev.board.regs().items():  # the board it was built for: its DRAM's size, bus, bandwidth
+        got = await dev.read_csr(name)
+        if got != want:
+            problems.append(f"{name} = 0x{got:08x} ({REG[name].unpack(got)}), the board built has 0x{want:08x} "
+                            f"(bits {_bits(got ^ want)} differ)")
     rev = await dev.read_revision()
     name = BY_CODE[rev].name if rev in BY_CODE else None
     if ctx.built_revision and name != ctx.built_revision:
@@ -451,7 +462,558 @@ async def _interrupts(dev) -> list[str]:
     return problems
 
 
-# ---- 7. engine and reduction smoke ------------------------------------------------------------
+# ---- 7. DRAM through the DMA ----------------------------------------------------------------
+# Everything the DRAM and DMA stages move stays inside one 4 KiB page and one row (the 2D
+# smoke transfers have two rows), and goes in raw (no submit filter): no erratum of any
+# revision touches them (a burst across a page, an odd row count), so what they check is the
+# chip as specified. The DRAM backdoor is not used: every byte is written by DMA_STORE and
+# checked after DMA_LOAD (docs/bringup.md says why).
+STAGING_BYTES = 1024  # the most one DRAM-stage transfer moves: ACC staging words, inside one page
+
+
+class _DmaHang(Exception):
+    """A DMA transfer never finished (the watchdog expired)."""
+
+    def __init__(self, what: str, dram: int, nbytes: int, timeout: DeviceTimeout):
+        super().__init__(f"{what} of {nbytes} bytes at DRAM byte {dram} never finished: {timeout}")
+        self.what, self.dram, self.nbytes, self.timeout = what, dram, nbytes, timeout
+
+
+class _DramFault(Exception):
+    pass
+
+
+class _Mismatch(Exception):
+    """A load read back other than what the DRAM should hold (internal to _DramCheck)."""
+
+    def __init__(self, addr: int, got: list[int], want: list[int], test: str):
+        super().__init__(test)
+        self.addr, self.got, self.want, self.test = addr, got, want, test
+
+
+def _dma_budget(dev, nbytes: int) -> int:
+    """Cycles a transfer may take before it counts as hung: four times what the board needs
+    (latency per burst, bytes at the board's bandwidth) plus slack, at most the watchdog."""
+    b = dev.board
+    bursts = 1 + nbytes // (b.bus_bytes * MAX_BURST_BEATS)
+    need = b.latency * bursts + -(-nbytes * b.period // (b.beats * b.bus_bytes))
+    return min(dev.default_budget(), 4 * need + 4096)
+
+
+async def _run_dma(dev, cmds: list[int], what: str, dram: int, nbytes: int) -> None:
+    """Run DMA commands raw; a hang raises _DmaHang, a command the chip refused _DramFault."""
+    try:
+        with dev.submit_filter_suspended():
+            await dev.run(cmds, _dma_budget(dev, nbytes))
+    except DeviceTimeout as e:
+        raise _DmaHang(what, dram, nbytes, e) from None
+    err = await dev.read_csr("ERR")
+    if err:
+        name = ErrCode(err).name if err in ErrCode._value2member_map_ else "unknown"
+        raise _DramFault(f"{what} of {nbytes} bytes at DRAM byte {dram} set ERR = {err} ({name}); the descriptor is "
+                         "valid")
+
+
+class _DmaPort:
+    """The DRAM stage's way to DRAM: DMA_STORE from and DMA_LOAD into ACC words 0..words-1
+    (the staging area), in bus beats."""
+
+    def __init__(self, dev):
+        self.dev = dev
+        b = dev.board
+        self.bus, self.bits = b.bus_bytes, b.bus_bits
+        self.mask = (1 << self.bits) - 1
+        self.wbeats = dev.mem_width(Region.ACC) // self.bits
+        self.wb = self.wbeats * self.bus
+        self.words = min(dev.mem_depth(Region.ACC), STAGING_BYTES // self.wb)
+        self.block = self.words * self.wb  # bytes of one staging-sized transfer
+        self.transfers = 0
+        self.moved = 0
+
+    def pack(self, beats: list[int]) -> list[int]:
+        w = self.wbeats
+        return [sum(v << (self.bits * i) for i, v in enumerate(beats[k:k + w])) for k in range(0, len(beats), w)]
+
+    def unpack(self, words: list[int]) -> list[int]:
+        return [wd >> (self.bits * i) & self.mask for wd in words for i in range(self.wbeats)]
+
+    async def store(self, dram: int, beats: list[int]) -> None:
+        words = self.pack(beats)
+        self.dev.load_words(Region.ACC, 0, words)
+        await _run_dma(self.dev, [dma_store(sram=0, dram=dram, words=len(words))], "DMA_STORE", dram,
+                       len(words) * self.wb)
+        self.transfers += 1
+        self.moved += len(words) * self.wb
+
+    async def load(self, dram: int, nbeats: int) -> list[int]:
+        n = nbeats // self.wbeats
+        await _run_dma(self.dev, [dma_load(Region.ACC, sram=0, dram=dram, words=n)], "DMA_LOAD", dram, n * self.wb)
+        self.transfers += 1
+        self.moved += n * self.wb
+        return self.unpack(self.dev.read_words(Region.ACC, 0, n))
+
+
+class _DramCheck:
+    """The DRAM tests, against a model of what the DRAM holds (diagnose.DramImage) and with the
+    history of every transfer, which the diagnosis replays (diagnose.explain_dram). ``port``
+    is anything with the _DmaPort interface (tests/test_faults.py runs a model of a faulty
+    board through the same tests)."""
+
+    def __init__(self, port, dram_bytes: int, lines, rng: np.random.Generator):
+        self.port, self.size, self.lines, self.rng = port, dram_bytes, list(lines), rng
+        self.image = diagnose.DramImage(port.bus, dram_bytes)
+        self.history: list[tuple] = []
+
+    async def write(self, dram: int, beats: list[int]) -> None:
+        per = self.port.block // self.port.bus
+        for k in range(0, len(beats), per):
+            addr, chunk = dram + k * self.port.bus, list(beats[k:k + per])
+            await self.port.store(addr, chunk)
+            self.image.store(addr, chunk)
+            self.history.append(("store", addr, chunk))
+
+    async def check(self, dram: int, nbeats: int, test: str) -> None:
+        per = self.port.block // self.port.bus
+        for k in range(0, nbeats, per):
+            addr, n = dram + k * self.port.bus, min(per, nbeats - k)
+            got = await self.port.load(addr, n)
+            want = self.image.load(addr, n)
+            self.history.append(("load", addr, got))
+            if got != want:
+                raise _Mismatch(addr, got, want, test)
+
+    async def run(self, region: int) -> list[int]:
+        """Every test in order; the first load that reads wrong ends them with _DramFault and
+        its diagnosis. Before the diagnosis every address bit is probed in both write orders
+        (:meth:`probe_lines`; its reads join the history), so an address fault that first
+        showed in another test is seen from both sides of every bit."""
+        try:
+            await self.data_bus()
+            offsets = await self.address_bus()
+            await self.address_in_address(region)
+            await self.march(region)
+            return offsets
+        except _Mismatch as m:
+            if len({(a, b) for a, b, _ in diagnose.dram_cells(m.addr, m.got, m.want, self.port.bus)}) > 1:
+                await self.probe_lines()  # one wrong bit is a cell: no address fault reads one bit off
+            raise _DramFault(self.explain(m.addr, m.got, m.want, m.test)) from None
+
+    async def probe_lines(self) -> None:
+        """For every address bit i: a unique word stored at byte 0, then one at 2**i, both read
+        back; then the same in the other order. A write that lands on the other word's place,
+        or a read that fetches it, shows in one order or the other whatever the bit is tied to
+        and on which side. Nothing is checked here: the reads are for the diagnosis."""
+        taken = {v for op, _, vals in self.history for v in vals}
+        wb = self.port.wbeats
+        for line in self.lines:
+            for order in ((0, 1 << line), (1 << line, 0)):
+                for o in order:
+                    await self.write(o, self._unique(wb, taken))
+                for o in (0, 1 << line):
+                    self.history.append(("load", o, await self.port.load(o, wb)))
+
+    def explain(self, addr: int, got: list[int], want: list[int], test: str) -> str:
+        bus = self.port.bus
+        nib = 2 * bus
+        cells = diagnose.dram_cells(addr, got, want, bus)
+        k = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
+        seen = (f"{test}: a {len(got) * bus}-byte DMA_LOAD from DRAM byte {addr} read 0x{got[k]:0{nib}x} at byte "
+                f"{addr + k * bus} (0x{addr + k * bus:x}), expected 0x{want[k]:0{nib}x}")
+        if len({(a, b) for a, b, _ in cells}) == 1:
+            a, b, v = cells[0]
+            return f"DRAM byte {a} (0x{a:x}) bit {b} reads {v}, expected {1 - v} ({seen})"
+        ties = diagnose.explain_dram(self.history, bus, self.size, self.lines)
+        if ties:
+            return f"{diagnose.describe_ties(ties)}: {seen}"
+        wrong = [(i, g ^ w) for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        common = wrong[0][1]
+        for _, d in wrong:
+            common &= d
+        if len(wrong) > 1 and common and all(d == common for _, d in wrong) and common & (common - 1) == 0:
+            j = common.bit_length() - 1
+            v = got[wrong[0][0]] >> j & 1
+            return (f"DRAM data bit {j} of the beat (byte lane {j // 8}, bit {j % 8}) reads {v} in all {len(wrong)} wrong "
+                    f"beats: a data line stuck at {v} ({seen})")
+        a, b, v = cells[0]
+        return (f"DRAM byte {a} (0x{a:x}) bit {b} reads {v}, expected {1 - v}, and {len(cells) - 1} more bits in "
+                f"{len(wrong)} beats read wrong; no tied address bit explains them ({seen})")
+
+    def _unique(self, n: int, taken: set[int]) -> list[int]:
+        """``n`` random beats at least two bits from each other and from ``taken``: a beat
+        read with one bit wrong is never mistaken for another."""
+        out: list[int] = []
+        while len(out) < n:
+            v = int(self.rng.integers(0, 1 << 63)) & self.port.mask
+            if all(bin(v ^ t).count("1") >= 2 for t in taken) and all(bin(v ^ t).count("1") >= 2 for t in out):
+                out.append(v)
+        taken.update(out)
+        return out
+
+    async def data_bus(self) -> None:
+        """Walking ones and zeros over one beat: every data line alone at 1 and at 0."""
+        bits, mask = self.port.bits, self.port.mask
+        beats = [1 << i for i in range(bits)] + [mask ^ (1 << i) for i in range(bits)]
+        per = self.port.block // self.port.bus
+        for k in range(0, len(beats), per):
+            await self.write(0, beats[k:k + per])
+            await self.check(0, len(beats[k:k + per]), "data-bus walk (walking ones and zeros over one beat)")
+
+    async def address_bus(self) -> list[int]:
+        """A unique ACC word at DRAM byte 0 and at every power of two the DRAM decodes, written
+        in ascending order, then all read back: a tied or aliased address bit moves a write onto
+        another's place or a read onto another's data. Every word is read before the first
+        wrong one is reported (the diagnosis needs them all)."""
+        offsets = [0] + [1 << i for i in self.lines]
+        taken = {v for op, _, vals in self.history for v in vals}
+        for o in offsets:
+            await self.write(o, self._unique(self.port.wbeats, taken))
+        first = None
+        for o in offsets:
+            try:
+                await self.check(o, self.port.wbeats, "address-bus walk (a unique word at byte 0 and at every power "
+                                 "of two)")
+            except _Mismatch as m:
+                first = first or m
+        if first:
+            raise first
+        return offsets
+
+    def _aia(self, addr: int) -> int:
+        bits = self.port.bits
+        v = addr & ((1 << (bits - 1)) - 1)
+        return v | (bin(v).count("1") & 1) << (bits - 1)  # parity: two addresses differ in two bits at least
+
+    async def address_in_address(self, region: int) -> None:
+        """Each beat holds its own byte address (with a parity bit), then its complement: every
+        bit of the region at 0 and at 1, every beat distinct."""
+        bus, mask, blk = self.port.bus, self.port.mask, self.port.block
+        for flip, name in ((0, "address-in-address"), (mask, "address-in-address, complemented")):
+            for base in range(0, region, blk):
+                await self.write(base, [self._aia(base + k * bus) ^ flip for k in range(blk // bus)])
+            for base in range(0, region, blk):
+                await self.check(base, blk // bus, name)
+
+    async def march(self, region: int) -> None:
+        """March C- block by block (a block is one staging transfer): (w0); up(r0,w1); up(r1,w0);
+        down(r0,w1); down(r1,w0); (r0). Within a block the beats move in address order."""
+        bus, mask, blk = self.port.bus, self.port.mask, self.port.block
+        n = blk // bus
+        up, down = list(range(0, region, blk)), list(range(region - blk, -1, -blk))
+        for base in up:
+            await self.write(base, [0] * n)
+        for name, order, exp, new in (("M1 up(r0,w1)", up, 0, mask), ("M2 up(r1,w0)", up, mask, 0),
+                                      ("M3 down(r0,w1)", down, 0, mask), ("M4 down(r1,w0)", down, mask, 0)):
+            for base in order:
+                await self.check(base, n, f"March C- {name}")
+                await self.write(base, [new] * n)
+        for base in up:
+            await self.check(base, n, "March C- M5 (r0)")
+
+
+async def _dma_hang_failure(ctx, port: _DmaPort, e: _DmaHang, figures: dict) -> StageFailed:
+    """A transfer that never finished: find the beat a load lost, if one did."""
+    where = await diagnose.locate_dropped_beat(ctx.dev, 0, port.words, _dma_budget(ctx.dev, port.block))
+    return StageFailed(f"{where}; {e}" if where else str(e), {**figures, "located": where})
+
+
+async def stage_dram(ctx: Ctx):
+    dev = ctx.dev
+    region = dram_test_bytes(ctx.dram_test_bytes, dev.board)
+    port = _DmaPort(dev)
+    lines = dram_lines(dev.config, dev.board)
+    chk = _DramCheck(port, dev.board.dram_bytes, lines, ctx.rng)
+    figures = {"cells": region, "dram_test_bytes": region, "address_lines": len(lines), "staging_words": port.words}
+    try:
+        offsets = await chk.run(region)
+    except _DramFault as e:
+        raise StageFailed(str(e), {**figures, "transfers": port.transfers}) from None
+    except _DmaHang as e:
+        raise await _dma_hang_failure(ctx, port, e, figures) from None
+    figures.update(transfers=port.transfers, bytes_moved=port.moved)
+    return (f"DRAM bytes 0..{region - 1} through DMA_STORE/DMA_LOAD and {port.words} ACC words: data bus "
+            f"({2 * port.bits} walking patterns), address bus ({len(lines)} address bits, bytes 0x{offsets[1]:x}.."
+            f"0x{offsets[-1]:x}), address-in-address and its complement, March C-; {port.transfers} transfers, "
+            f"{port.moved:,} bytes"), figures
+
+
+# ---- 8. DMA smoke ----------------------------------------------------------------------------
+def _le_words(raw: np.ndarray, wb: int) -> list[int]:
+    return [int.from_bytes(raw[i:i + wb].tobytes(), "little") for i in range(0, len(raw), wb)]
+
+
+def _le_bytes(words: list[int], wb: int) -> np.ndarray:
+    return np.frombuffer(b"".join(int(w).to_bytes(wb, "little") for w in words), np.uint8)
+
+
+async def _smoke_loads(dev, src_addr: int, src: np.ndarray, rng) -> list[str]:
+    """A 1D and a 2D load into every SRAM DMA_LOAD may write, against the bytes in DRAM; the
+    SRAM words around them keep their background."""
+    problems = []
+    bus = dev.board.bus_bytes
+    for name in LOAD_REGIONS:
+        region = Region[name]
+        depth, wb = dev.mem_depth(region), dev.mem_width(region) // 8
+        span = min(depth, 16)
+        w1 = max(1, min(span - 2, 8, len(src) // wb - 1))
+        s1 = 1 if span > w1 else 0
+        w2 = max(1, min((span - 1) // 2, 4))
+        ss = w2 + 1 if 2 * w2 + 1 <= span else w2
+        ds = w2 * wb + 3 * bus  # rows apart in DRAM, off the word grid
+        d0 = 2 * bus
+        cases = [
+            (f"1D DMA_LOAD of {w1} words into {name} word {s1}", [dma_load(region, sram=s1, dram=src_addr + wb, words=w1)],
+             {s1 + i: wb + i * wb for i in range(w1)}),
+            (f"2D DMA_LOAD (2 rows of {w2} words, SRAM stride {ss}, DRAM stride {ds}) into {name}",
+             [dma_stride(DmaQueue.LOAD, sram=ss, dram=ds), dma_load(region, sram=0, dram=src_addr + d0, words=w2, rows=2),
+              dma_stride(DmaQueue.LOAD, sram=0, dram=0)],
+             {r * ss + i: d0 + r * ds + i * wb for r in range(2) for i in range(w2)}),
+        ]
+        for what, cmds, where in cases:
+            bg = [int(x) for x in rng.integers(0, 1 << 62, span)]
+            bg = [(v | v << 62) & ((1 << (8 * wb)) - 1) for v in bg]
+            dev.load_words(region, 0, bg)
+            nbytes = len(where) * wb
+            await _run_dma(dev, cmds, what, src_addr, nbytes)
+            got = dev.read_words(region, 0, span)
+            want = list(bg)
+            for w, off in where.items():
+                want[w] = _le_words(src[off:off + wb], wb)[0]
+            bad = [w for w in range(span) if got[w] != want[w]]
+            if bad:
+                w = bad[0]
+                src_note = f"DRAM byte {src_addr + where[w]}" if w in where else "not a word of the transfer"
+                problems.append(f"{what}: {len(bad)} of SRAM {name} words 0..{span - 1} wrong, first word {w} "
+                                f"({src_note}): read 0x{got[w]:0{2 * wb}x}, expected 0x{want[w]:0{2 * wb}x}")
+    return problems
+
+
+async def _smoke_stores(dev, port: _DmaPort, dst: int, rng) -> list[str]:
+    """A 1D and a 2D store from ACC over a background stored first, all read back by one load."""
+    wb, n, bus = port.wb, port.words, port.bus
+    words = [int(x) for x in rng.integers(0, 1 << 62, 2 * n)]
+    words = [(v | v << 62 | v << 124) & ((1 << (8 * wb)) - 1) for v in words]
+    bg, data = words[:n], words[n:]
+    image = _le_bytes(bg, wb).copy()
+    dev.load_words(Region.ACC, 0, bg)
+    await _run_dma(dev, [dma_store(sram=0, dram=dst, words=n)], "DMA_STORE of the background", dst, n * wb)
+    dev.load_words(Region.ACC, 0, data)
+    w1 = max(1, min(8, n // 4))
+    s1 = 1
+    w2 = max(1, min(4, n // 8))
+    a2 = s1 + w1 + 1
+    ss = w2 + 1
+    o1, o2 = wb, (w1 + 2) * wb + bus
+    ds = w2 * wb + 2 * bus
+    assert a2 + ss + w2 <= n and o2 + ds + w2 * wb <= n * wb
+    cmds = [dma_store(sram=s1, dram=dst + o1, words=w1), dma_stride(DmaQueue.STORE, sram=ss, dram=ds),
+            dma_store(sram=a2, dram=dst + o2, words=w2, rows=2), dma_stride(DmaQueue.STORE, sram=0, dram=0)]
+    for i in range(w1):
+        image[o1 + i * wb:o1 + (i + 1) * wb] = _le_bytes([data[s1 + i]], wb)
+    for r in range(2):
+        for i in range(w2):
+            off = o2 + r * ds + i * wb
+            image[off:off + wb] = _le_bytes([data[a2 + r * ss + i]], wb)
+    await _run_dma(dev, cmds, f"1D DMA_STORE of {w1} words and 2D DMA_STORE (2 rows of {w2} words, SRAM stride "
+                   f"{ss}, DRAM stride {ds})", dst, (w1 + 2 * w2) * wb)
+    raw = port.pack(await port.load(dst, n * port.wbeats))
+    got = _le_bytes(raw, wb)
+    bad = np.flatnonzero(got != image)
+    if len(bad):
+        i = int(bad[0])
+        return [f"DMA_STORE (1D of {w1} words to DRAM byte {dst + o1}, 2D of 2 rows of {w2} words to byte {dst + o2}, "
+                f"DRAM stride {ds}) over a background: {len(bad)} of DRAM bytes {dst}..{dst + n * wb - 1} read back "
+                f"wrong, first byte {dst + i}: 0x{int(got[i]):02x}, expected 0x{int(image[i]):02x}"]
+    return []
+
+
+def _bad_descriptors(dev) -> list[tuple[str, list[int], ErrCode]]:
+    """(what, commands, the code the last one must set): every DMA_* code and BAD_LENGTH, on
+    loads and stores; strides are set before the command that needs them and reset after."""
+    cfg, b = dev.config, dev.board
+    bus, size = b.bus_bytes, b.dram_bytes
+    da = dev.mem_depth(Region.A)
+    acc = cfg.acc_depth
+    regions = {m.region for m in MEMORIES}
+    no_load = [m for m in MEMORIES if m.name not in LOAD_REGIONS]
+    unknown = next((r for r in range(1 << 3) if r not in regions), None)
+    out = [(f"DMA_LOAD into {m.name} (not a DMA region)", [dma_load(m.region, sram=0, dram=0, words=1)],
+            ErrCode.DMA_REGION) for m in no_load]
+    if unknown is not None:
+        out.append((f"DMA_LOAD into region {unknown} (no SRAM)", [dma_load(unknown, sram=0, dram=0, words=1)],
+                    ErrCode.DMA_REGION))
+    store_from_a = pack_command(Opcode.DMA_STORE, flags={"dma": {"region": int(Region.A)}}, length=1, arg1=1)
+    stride = dma_stride
+    out += [
+        ("DMA_STORE from A (stores come from ACC)", [store_from_a], ErrCode.DMA_REGION),
+        ("DMA_LOAD of 0 words", [pack_command(Opcode.DMA_LOAD, flags={"dma": {"region": int(Region.A)}}, length=0,
+                                              arg1=1)], ErrCode.BAD_LENGTH),
+        ("DMA_LOAD of 0 rows", [dma_load(Region.A, sram=0, dram=0, words=1, rows=0)], ErrCode.BAD_LENGTH),
+        ("DMA_STORE of 0 words", [pack_command(Opcode.DMA_STORE, flags={"dma": {"region": int(Region.ACC)}},
+                                               length=0, arg1=1)], ErrCode.BAD_LENGTH),
+        ("DMA_STORE of 0 rows", [dma_store(sram=0, dram=0, words=1, rows=0)], ErrCode.BAD_LENGTH),
+        (f"DMA_LOAD from DRAM byte {bus // 2} (not a whole beat)", [dma_load(Region.A, sram=0, dram=bus // 2, words=1)],
+         ErrCode.DMA_ALIGN),
+        (f"2D DMA_LOAD with a DRAM stride of {bus + bus // 2} bytes (not a whole beat)",
+         [stride(DmaQueue.LOAD, sram=1, dram=bus + bus // 2), dma_load(Region.A, sram=0, dram=0, words=1, rows=2)],
+         ErrCode.DMA_ALIGN),
+        (f"DMA_STORE to DRAM byte {bus // 2}", [dma_store(sram=0, dram=bus // 2, words=1)], ErrCode.DMA_ALIGN),
+        (f"DMA_LOAD of 2 words into A word {da - 1} (past the end)", [dma_load(Region.A, sram=da - 1, dram=0, words=2)],
+         ErrCode.DMA_SRAM_RANGE),
+        (f"2D DMA_LOAD whose second row (SRAM stride {da}) starts past the end of A",
+         [stride(DmaQueue.LOAD, sram=da, dram=0), dma_load(Region.A, sram=0, dram=0, words=1, rows=2)],
+         ErrCode.DMA_SRAM_RANGE),
+        (f"DMA_STORE of 2 words from ACC word {acc - 1}", [dma_store(sram=acc - 1, dram=0, words=2)],
+         ErrCode.DMA_SRAM_RANGE),
+        (f"DMA_LOAD of 2 words from DRAM byte {size - bus} (past the end)",
+         [dma_load(Region.A, sram=0, dram=size - bus, words=2)], ErrCode.DMA_DRAM_RANGE),
+        (f"2D DMA_LOAD whose second row (DRAM stride {size}) starts past the end of DRAM",
+         [stride(DmaQueue.LOAD, sram=0, dram=size), dma_load(Region.A, sram=0, dram=0, words=1, rows=2)],
+         ErrCode.DMA_DRAM_RANGE),
+        (f"DMA_STORE of 1 word to DRAM byte {size - bus}", [dma_store(sram=0, dram=size - bus, words=1)],
+         ErrCode.DMA_DRAM_RANGE),
+    ]
+    return out
+
+
+async def _smoke_bad_descriptors(dev) -> tuple[list[str], int]:
+    """Each bad descriptor sets ERR with its code, lands in ERR_CMD0..3 bit for bit, counts once
+    in ERR_COUNT, moves nothing, and the NOP behind it retires."""
+    problems = []
+    cases = _bad_descriptors(dev)
+    for what, cmds, code in cases:
+        await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
+        count0, done0 = await dev.read_csr("ERR_COUNT"), await dev.read_csr("DONE_COUNT")
+        with dev.submit_filter_suspended():
+            await dev.run(cmds + [nop()] + [dma_stride(q, sram=0, dram=0) for q in DmaQueue],
+                          _dma_budget(dev, 4096))
+        err = await dev.read_csr("ERR")
+        seen = 0
+        for i in range(4):
+            seen |= (await dev.read_csr(f"ERR_CMD{i}")) << (32 * i)
+        count, done = await dev.read_csr("ERR_COUNT"), await dev.read_csr("DONE_COUNT")
+        if err != code:
+            name = ErrCode(err).name if err in ErrCode._value2member_map_ else "unknown"
+            problems.append(f"{what}: ERR = {err} ({name}), expected {int(code)} ({code.name})")
+        elif seen != cmds[-1]:
+            bits = [i for i in range(128) if (seen ^ cmds[-1]) >> i & 1]
+            problems.append(f"{what}: ERR_CMD0..3 do not hold the command ({len(bits)} bits differ: "
+                            + ", ".join(f"bit {i} ({field_of_bit(i)})" for i in bits[:4]) + ")")
+        if count - count0 != 1:
+            problems.append(f"{what}: ERR_COUNT moved by {count - count0}, expected 1")
+        if done - done0 != len(cmds) + 2:
+            problems.append(f"{what}: DONE_COUNT moved by {done - done0}, expected {len(cmds) + 2} (every command "
+                            "but the bad one, and the NOP behind it: the chip goes on)")
+        if problems:
+            break
+    await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
+    return problems, len(cases)
+
+
+async def _smoke_control(dev, port: _DmaPort) -> list[str]:
+    """What software sees of the DMA while it works: STATUS busy bits, the byte and busy
+    counters, the semaphores a DMA signals and the WAITS register while one waits."""
+    problems = []
+    status, waits = REG["STATUS"], REG["WAITS"]
+    nbytes = port.block
+    for what, cmd, busy, counter in (
+            ("DMA_LOAD", dma_load(Region.ACC, sram=0, dram=0, words=port.words), "dma_in_busy", "DRAM_RD_BYTES"),
+            ("DMA_STORE", dma_store(sram=0, dram=0, words=port.words), "dma_out_busy", "DRAM_WR_BYTES")):
+        await dev.write_csr("CTRL", REG["CTRL"].pack(clear_perf=1))
+        with dev.submit_filter_suspended():
+            await dev.submit([cmd])
+            await dev.tb.wait_cycles(16)
+            st = status.unpack(await dev.read_csr("STATUS"))
+            await dev.wait_idle(_dma_budget(dev, nbytes))
+        after = status.unpack(await dev.read_csr("STATUS"))
+        for f, v, when in ((busy, 1, f"while a {nbytes}-byte {what} runs"), ("busy", 1, f"while a {what} runs"),
+                           ("idle", 0, f"while a {what} runs")):
+            if st[f] != v:
+                problems.append(f"STATUS.{f} = {st[f]} {when}, expected {v}")
+        if after[busy] or not after["idle"]:
+            problems.append(f"STATUS.{busy} = {after[busy]}, idle = {after['idle']} after the {what}, expected 0 and 1")
+        perf = (await dev.read_perf()).counters
+        other = "DRAM_WR_BYTES" if counter == "DRAM_RD_BYTES" else "DRAM_RD_BYTES"
+        for name, want in ((counter, nbytes), (other, 0)):
+            if perf[name] != want:
+                diff = perf[name] ^ want
+                problems.append(f"{name} = {perf[name]} after one {nbytes}-byte {what}, expected {want} (bits "
+                                f"{[i for i in range(64) if diff >> i & 1][:4]} differ)")
+        unit = "DMA_IN_BUSY" if what == "DMA_LOAD" else "DMA_OUT_BUSY"
+        if not 0 < perf[unit] <= perf["CYCLES"] or not 0 < perf["DRAM_BUSY"] <= perf["CYCLES"]:
+            problems.append(f"{unit} = {perf[unit]}, DRAM_BUSY = {perf['DRAM_BUSY']} after a {what} of "
+                            f"{perf['CYCLES']} cycles: each must be above 0 and at most CYCLES")
+    for s in range(SEMAPHORES):  # a DMA that signals, a NOP that takes the count
+        reg, field = f"SEM{s & ~1}{s | 1}", f"sem{s}"
+        with dev.submit_filter_suspended():
+            await dev.run([dma_load(Region.A, sram=0, dram=0, words=1, signal=s)], _dma_budget(dev, 64))
+            got = REG[reg].unpack(await dev.read_csr(reg))
+            await dev.run([nop(wait=s)], _dma_budget(dev, 64))
+            left = REG[reg].unpack(await dev.read_csr(reg))
+        if got[field] != 1 or left[field] != 0:
+            problems.append(f"{reg}.{field} = {got[field]} after a DMA_LOAD signalled semaphore {s}, then "
+                            f"{left[field]} after a NOP took it (expected 1, then 0)")
+    for unit, cmd, sem in (("dma_in", dma_load(Region.A, sram=0, dram=0, words=1, wait=5), 5),
+                           ("dma_out", dma_store(sram=0, dram=0, words=1, wait=2), 2)):
+        with dev.submit_filter_suspended():
+            await dev.submit([cmd])
+            await dev.tb.wait_cycles(16)
+            w = waits.unpack(await dev.read_csr("WAITS"))
+            await dev.run([nop(signal=sem)], _dma_budget(dev, 64))
+            after = waits.unpack(await dev.read_csr("WAITS"))
+        still = [u for u in UNITS_THAT_WAIT if after[f"{u}_wait"]]
+        if w[f"{unit}_wait"] != 1 or w[f"{unit}_sem"] != sem or still:
+            problems.append(f"WAITS.{unit}_wait = {w[f'{unit}_wait']}, {unit}_sem = {w[f'{unit}_sem']} while a DMA "
+                            f"waits on semaphore {sem} (expected 1 and {sem}); once signalled, waiting: "
+                            f"{', '.join(f'WAITS.{u}_wait' for u in still) or 'none'}")
+    return problems
+
+
+async def stage_dma_smoke(ctx: Ctx):
+    dev, rng = ctx.dev, ctx.rng
+    port = _DmaPort(dev)
+    src_addr, dst = 0, 2048  # one page: a source block and a store area
+    src = rng.integers(0, 256, port.block, dtype=np.uint8)
+    problems = []
+    try:
+        beats = port.unpack(_le_words(src, port.wb))
+        await port.store(src_addr, beats)
+        got = await port.load(src_addr, len(beats))
+        if got != beats:
+            k = next(i for i, (g, w) in enumerate(zip(got, beats)) if g != w)
+            problems.append(f"1D DMA_LOAD of {port.block} bytes ({port.words} ACC words, {len(beats) // MAX_BURST_BEATS} "
+                            f"bursts) from DRAM byte {src_addr}: beat {k} reads 0x{got[k]:x}, expected 0x{beats[k]:x}")
+        if not problems:
+            problems += await _smoke_loads(dev, src_addr, src, rng)
+        if not problems:
+            problems += await _smoke_stores(dev, port, dst, rng)
+    except _DramFault as e:
+        problems.append(str(e))
+    except _DmaHang as e:
+        raise await _dma_hang_failure(ctx, port, e, {}) from None
+    n_bad = 0
+    if not problems:
+        bad_problems, n_bad = await _smoke_bad_descriptors(dev)
+        problems += bad_problems
+    if not problems:  # and the chip goes on: the source block loads as before
+        try:
+            if await port.load(src_addr, port.block // port.bus) != port.unpack(_le_words(src, port.wb)):
+                problems.append(f"after the bad descriptors, DRAM bytes {src_addr}..{src_addr + port.block - 1} no "
+                                "longer read back what was stored (a refused DMA moved data?)")
+        except (_DramFault, _DmaHang) as e:
+            problems.append(f"after the bad descriptors: {e}")
+    if not problems:
+        problems += await _smoke_control(dev, port)
+    figures = {"cells": port.block, "transfers": port.transfers, "bad_descriptors": n_bad,
+               "regions": list(LOAD_REGIONS)}
+    if problems:
+        raise StageFailed("; ".join(problems), figures)
+    return (f"1D and 2D DMA_LOAD into {', '.join(LOAD_REGIONS)} and DMA_STORE from ACC bit-exact (a {port.block}-byte "
+            f"load of {port.block // (port.bus * MAX_BURST_BEATS)} bursts); {n_bad} bad descriptors set ERR and "
+            "ERR_CMD, move nothing, and the chip goes on; STATUS, DRAM_RD_BYTES/DRAM_WR_BYTES, the semaphores and "
+            "WAITS follow the DMA"), figures
+
+
+# ---- 9. engine and reduction smoke ------------------------------------------------------------
 def _mismatch(got, ref, what):
     bad = np.argwhere(np.asarray(got) != np.asarray(ref))
     if len(bad):
@@ -503,7 +1065,7 @@ async def stage_engine_smoke(ctx: Ctx):
             + " bit-exact vs golden"), {"formats": list(cfg.formats)}
 
 
-# ---- 8. errata ------------------------------------------------------------------------------
+# ---- 10. errata ------------------------------------------------------------------------------
 async def stage_errata(ctx: Ctx):
     dev = ctx.dev
     observed = {}
@@ -518,7 +1080,7 @@ async def stage_errata(ctx: Ctx):
     return f"{len(found)} errata detected on {dev.revision}, exactly as the registry says: {', '.join(found) or 'none'}", figures
 
 
-# ---- 9. kernel suite ------------------------------------------------------------------------
+# ---- 11. kernel suite ------------------------------------------------------------------------
 GEMM_SUITE = [(1, 1, 1), (37, 19, 100), (64, 64, 64), (9, 6, 1500)]
 REDUCE_SUITE = [(8, 100, "sum"), (8, 100, "max"), (8, 100, "min"), (2, 5000, "sum")]
 LOWP_SUITE = ["int8-channel", "fp8-e4m3-tensor", "fp8-e4m3-cast", "mxfp8-e5m2-rceil", "mxfp4-e2m1-floor"]
@@ -559,7 +1121,7 @@ async def stage_kernels(ctx: Ctx):
             f"{', '.join(sorted(mitigations)) or 'none'}"), figures
 
 
-# ---- 10. performance ------------------------------------------------------------------------
+# ---- 12. performance ------------------------------------------------------------------------
 async def stage_performance(ctx: Ctx):
     dev, rng = ctx.dev, ctx.rng
     cfg = ctx.expected
@@ -592,7 +1154,8 @@ async def stage_performance(ctx: Ctx):
 
 STAGE_FUNCS = {
     "reset": stage_reset, "identity": stage_identity, "csr_bus": stage_csr_bus, "memories": stage_memories,
-    "command_path": stage_command_path, "engine_smoke": stage_engine_smoke, "errata": stage_errata,
+    "command_path": stage_command_path, "dram": stage_dram, "dma_smoke": stage_dma_smoke,
+    "engine_smoke": stage_engine_smoke, "errata": stage_errata,
     "kernels": stage_kernels, "performance": stage_performance,
 }
 
@@ -604,17 +1167,19 @@ CHIP_FAILURES = (DeviceError, DeviceTimeout, BusTimeout)
 
 async def bringup_job(dev, emit, selected: list[str], seed: int, faults: list[str],
                       built_revision: str | None = None, watchdog_cycles: int = 1_000_000,
-                      fault_code: int = 0, stop_at_first_failure: bool = False) -> dict:
+                      fault_code: int = 0, stop_at_first_failure: bool = False,
+                      dram_test_bytes: int | None = None) -> dict:
     """Run the simulator-side stages in order; ``selected`` names the stages to run.
 
     ``fault_code`` is a fault descriptor (rtl/faults.py) for a campaign build's ``fault_sel``
     port, set before a fresh reset; ``stop_at_first_failure`` skips the rest once a stage fails
-    (a campaign only needs the first stage that sees the fault)."""
+    (a campaign only needs the first stage that sees the fault); ``dram_test_bytes`` is the dram
+    stage's region (None: plan.DRAM_TEST_BYTES)."""
     dev.watchdog_cycles = watchdog_cycles
     if fault_code:
         dev.tb.dut.fault_sel.value = fault_code
         await dev.tb.reset()
-    ctx = Ctx(dev, seed, dev.config, faults, built_revision)
+    ctx = Ctx(dev, seed, dev.config, faults, built_revision, dram_test_bytes)
     status = {"build": "passed"}
     for stage in STAGES[1:]:
         rec = {"type": "stage", "name": stage.name, "depends_on": list(stage.depends_on), "blocked_by": None,

@@ -40,8 +40,8 @@ def add_parser(subparsers) -> None:
         "bringup", help="the first-light checklist: reset to roofline, stage by stage",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Walk the chip up the bring-up ladder: build, reset, identity, CSR bus, memories, "
-        "command path, engine smoke, errata, kernels, performance. A failed stage blocks the stages that "
-        "depend on it; independent stages still run.",
+        "command path, DRAM (through the DMA), DMA smoke, engine smoke, errata, kernels, performance. A failed "
+        "stage blocks the stages that depend on it; independent stages still run.",
         epilog="fault syntax (--inject, repeatable):\n" + _fault_help() + "\n"
         "A stage is failed when the chip is wrong, error when the harness could not tell (a failed build, a\n"
         "corrupt cache that could not be rebuilt, a simulator that died: the details name the log and the\n"
@@ -75,14 +75,15 @@ def cmd(args) -> int:
     from rtl.faults import parse_faults
 
     require_sim(args.sim)
-    cfg = variant_from_args(args).config
+    base = variant_from_args(args)
+    cfg = base.config
     try:
-        parse_faults(args.inject, cfg)
+        parse_faults(args.inject, cfg, base.resolved_board)  # a DRAM fault is checked against the board's DRAM
         if args.only:
             closure(args.only)
     except ValueError as e:
         raise CannotStart(str(e)) from None
-    variant = Variant(config=cfg, revision=args.rev, faults=tuple(args.inject))
+    variant = Variant(config=cfg, revision=args.rev, faults=tuple(args.inject), board=base.board)
     report = run_bringup(variant=variant, sim=args.sim, seed=args.seed, only=args.only, report_dir=args.report,
                          console=console, watchdog_cycles=args.watchdog, command=getattr(args, "command_line", None))
     return report.get("exit_code", EXIT_OK if report["passed"] else EXIT_FAIL)
