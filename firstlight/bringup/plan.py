@@ -35,7 +35,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("engine_smoke", "identity and random MATMUL, reductions vs golden", ("command_path", "dma_smoke")),
     Stage("errata", "every reproducer vs the registry", ("engine_smoke",)),
     Stage("kernels", "GEMM and reduction suite with mitigations", ("engine_smoke",)),
-    Stage("performance", "perf counters consistent, utilisation vs roofline", ("kernels",)),
+    Stage("performance", "perf counters consistent, both roofs, the binding one and the gap in one sentence", ("kernels",)),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
 

@@ -16,7 +16,8 @@ import numpy as np
 import golden
 import workarounds
 from golden import quant
-from kernels.gemm import gemm, plan_for
+from kernels.gemm import gemm
+from kernels.roofline import explain
 from kernels.lowp import gemm_lowp, mx_gemm_codes
 from kernels.reduce import reduce_rows
 from rtl.board import MAX_BURST_BEATS
@@ -1128,28 +1129,31 @@ async def stage_performance(ctx: Ctx):
     m = n = k = 128
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    plan = plan_for(cfg, ctx.mit.gemm, m, n, k)
     c, st = await gemm(dev, a, b, mitigations=ctx.mit)
+    plan = st.plan
     problems = []
     if _mismatch(c, golden.gemm_int8(a, b), "GEMM 128^3"):
         problems.append("GEMM 128^3 is wrong")
-    padded_macs = plan.tm * cfg.rows * plan.tn * cfg.cols * k
+    padded_macs = plan["tm"] * cfg.rows * plan["tn"] * cfg.cols * k
     if st.macs_issued != padded_macs:
         problems.append(f"MACS counter moved by {st.macs_issued}, the MATMULs issued {padded_macs}")
     if not st.cycles >= st.engine_busy_cycles >= padded_macs // cfg.peak_macs_per_cycle:
         problems.append(f"counters inconsistent: cycles {st.cycles}, engine busy {st.engine_busy_cycles}, "
                         f"MAC cycles {padded_macs // cfg.peak_macs_per_cycle}")
-    ideal, measured, predicted = st.ideal_cycles, st.cycles, st.predicted_cycles
-    gap = measured - ideal
-    figures = {"cycles": measured, "ideal_cycles": ideal, "predicted_cycles": predicted,
-               "utilization": round(st.utilization, 4), "sim_cycles_per_s": round(st.sim_cycles_per_s)}
+    # every operand byte crossed the memory port: A and B at least once, C exactly once
+    if st.dram_write_bytes != plan["tm"] * plan["tn"] * cfg.rows * cfg.cols * 4:
+        problems.append(f"DRAM_WR_BYTES moved by {st.dram_write_bytes:,}, the stores wrote "
+                        f"{plan['tm'] * plan['tn'] * cfg.rows * cfg.cols * 4:,}")
+    if st.dram_read_bytes < (plan["tm"] * cfg.rows + plan["tn"] * cfg.cols) * k:
+        problems.append(f"DRAM_RD_BYTES moved by {st.dram_read_bytes:,}, less than the operands")
+    figures = {"cycles": st.cycles, "compute_roof_cycles": st.compute_cycles, "memory_roof_cycles": st.memory_cycles,
+               "attainable_cycles": st.attainable_cycles, "bound": st.bound,
+               "roof_utilization": round(st.roof_utilization, 4), "overlap": round(st.overlap, 3),
+               "dram_bytes": st.dram_bytes, "compulsory_bytes": st.compulsory_bytes,
+               "predicted_cycles": st.predicted_cycles, "sim_cycles_per_s": round(st.sim_cycles_per_s)}
     if problems:
         raise StageFailed("; ".join(problems), figures)
-    sched = predicted - ideal
-    rest = measured - predicted
-    return (f"GEMM 128^3 at {100 * st.utilization:.1f}% of the roofline ({measured:,} cycles vs {ideal:,}); "
-            f"gap {gap:,} cycles = {sched:,} schedule model (drains, padding, short K) + {rest:,} not in the model "
-            f"(bus transfers, errata mitigations: {', '.join(st.mitigations) or 'none'})"), figures
+    return f"GEMM 128^3: {explain(st.to_dict())}", figures
 
 
 STAGE_FUNCS = {
