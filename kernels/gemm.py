@@ -138,7 +138,8 @@ def _chunk(k: int, cap: int, k_chunk: int | None, avoid_unit_chunk: bool, block:
         kc -= kc % block
         if kc == 0:
             raise ValueError(f"no room for one {block}-step block (capacity {cap}, k_chunk {k_chunk})")
-    if kc < k:  # the same number of chunks, as even as the block allows: no short last chunk
+    if kc < k and not k_chunk:  # the same number of chunks, as even as the block allows: no short last
+        # chunk (a k_chunk the caller gives is kept as it is: the errata cells rely on its exact cut)
         n = math.ceil(k / kc)
         even = math.ceil(k / n)
         if block > 1:

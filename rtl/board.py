@@ -37,7 +37,7 @@ class BoardConfig:
     Parameters
     ----------
     dram_bytes : int
-        DRAM size (power of two, 4 KiB .. 16 MiB).
+        DRAM size (power of two, 4 KiB .. 16 MiB; default 4 MiB: a 256^3 GEMM and K = 128K fit).
     bus_bytes : int or None
         AXI data width in bytes (power of two, 2 .. the narrowest SRAM word of the chip, so that
         every SRAM word is a whole number of beats). None: the narrowest SRAM word.
@@ -50,7 +50,7 @@ class BoardConfig:
         The resolved bandwidth: ``beats`` beats per ``period`` cycles (set by :meth:`resolve`).
     """
 
-    dram_bytes: int = 1 << 20
+    dram_bytes: int = 1 << 22
     bus_bytes: int | None = None
     latency: int = 32
     bandwidth: float | None = None

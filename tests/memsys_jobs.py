@@ -28,8 +28,8 @@ async def dma_roundtrip_job(dev, emit, seed: int, dram_base: int = 0) -> dict:
     for region in (Region.A, Region.B, Region.SA, Region.SB, Region.ACC):
         wb = dev.mem_width(region) // 8
         depth = dev.mem_depth(region)
-        words = min(7, depth // 4)
         rows = 3
+        words = min(7, (depth - 3) // 3)  # rows at stride words + 1 from word 1 fit the SRAM
         sstride = words + 1
         dstride = (words * wb + 3 * board.bus_bytes)
         sram0 = 1

@@ -626,7 +626,10 @@ def _bench_rows() -> list[dict]:
             rows.append({"sim": sim, "shape": f"{side}x{side}x{side}", "passed": side != 64,
                          "cycles": 1234567 * side, "ideal_cycles": 1048576 * side, "utilization": 0.8765,
                          "sim_cycles_per_s": 904321.7 + side, "python_share": 0.1234, "wall_s": 123.456,
-                         "build_first_s": 50.04 if sim == "verilator" else None, "build_cached_s": 0.0123})
+                         "build_first_s": 50.04 if sim == "verilator" else None, "build_cached_s": 0.0123,
+                         "buffering": "2 (planner)", "compulsory_bytes": 393216 * side, "dram_bytes": 786432 * side,
+                         "intensity": 21.33, "bound": "compute", "attainable_cycles": 1048576 * side,
+                         "roof_utilization": 0.9021, "overlap": 1.107})
     return rows
 
 

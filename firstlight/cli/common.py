@@ -237,7 +237,7 @@ def add_dram_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dram-latency", type=positive, default=None, metavar="CYCLES",
                    help="cycles from a read address to its first data beat (default: 32)")
     p.add_argument("--dram-size", type=_size, default=None, metavar="BYTES",
-                   help="DRAM size, a power of two from 4K to 16M (default: 1M)")
+                   help="DRAM size, a power of two from 4K to 16M (default: 4M)")
 
 
 def add_sram_depth_option(p: argparse.ArgumentParser) -> None:
