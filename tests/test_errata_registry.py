@@ -130,6 +130,11 @@ def test_planner_applies_errata_constraints():
     cfg = ChipConfig()
     p = plan_gemm(cfg, 4, 4, 33, k_chunk=16, avoid_unit_chunk=True)
     assert p.k % p.kc != 1
+    cell = next(e.cell for e in ERRATA if e.id == "FL-ME-001")  # it must meet the conditions unmitigated
+    p = plan_gemm(cfg, cell.m, cell.n, cell.k, k_chunk=cell.k_chunk)
+    assert p.k % p.kc == 1, f"FL-ME-001's cell {cell} plans no 1-step chunk ({p}): the matrix would prove nothing"
+    p = plan_gemm(cfg, cell.m, cell.n, cell.k, k_chunk=cell.k_chunk, avoid_unit_chunk=True)
+    assert p.k % p.kc != 1
     p = plan_gemm(cfg, 4, 4, 2000, b_words=cfg.operand_depth - 1)
     assert p.gb * p.kc <= cfg.operand_depth - 1
     p = plan_gemm(cfg, 8, 4, 2000, a_panel_extra=1)

@@ -75,7 +75,7 @@ ERRATA: tuple[Erratum, ...] = (
         reproducer="repro_k1_accumulate",
         mitigation="K chunks are chosen so that no accumulating chunk has a single step",
         mitigation_kind="kernel",
-        cell=GemmCell(m=4, n=4, k=33, k_chunk=16),
+        cell=GemmCell(m=4, n=4, k=33, k_chunk=4),  # eight 4-step chunks and a 1-step one (even chunks)
         scale=GemmCell(m=64, n=64, k=1025),
         knobs={"gemm": {"avoid_unit_chunk": True}},
     ),
