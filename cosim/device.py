@@ -82,23 +82,6 @@ class KernelDevice(Protocol):
     def read_words(self, region: int, start: int, count: int) -> list[int]: ...
     async def submit(self, commands: Sequence[int], budget_cycles: int | None = None) -> None: ...
     async def wait_idle(self, budget_cycles: int | None = None) -> None: ...
-    @staticmethod
-    def describe_waits(regs: dict) -> str:
-        """'dma_in waits on semaphore 3 (count 0); ...' from a dump's WAITS and SEM registers."""
-        waits = regs.get("WAITS")
-        if not isinstance(waits, int):
-            return ""
-        parts = []
-        for u in UNITS_THAT_WAIT:
-            if REG["WAITS"].field(f"{u}_wait").get(waits):
-                sem = REG["WAITS"].field(f"{u}_sem").get(waits)
-                pair = regs.get(f"SEM{sem // 2 * 2}{sem // 2 * 2 + 1}")
-                count = (pair >> (16 * (sem % 2))) & 0xFFFF if isinstance(pair, int) else "?"
-                who = {"exec": "the command stream (its head command)", "dma_in": "the DMA load queue",
-                       "dma_out": "the DMA store queue"}[u]
-                parts.append(f"{who} waits on semaphore {sem} (count {count})")
-        return "; ".join(parts)
-
     async def check_no_error(self) -> None: ...
 
 
