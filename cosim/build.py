@@ -349,24 +349,8 @@ def elaborate_dram(variant: Variant):
     from rtl.faults import parse_faults
 
     board = variant.resolved_board
-    return Dram(board, faults=parse_faults(variant.faults, variant.config, board), fault_port=variant.fault_port)
-
-
-def _compact_dram_init(text: str) -> str:
-    """Amaranth writes one initial assignment per DRAM word (a million lines for 4 MiB, which
-    Verilator compiles for minutes); one loop that zeroes the array does the same."""
-    import re
-
-    from rtl.dram import DRAM_INSTANCE
-
-    pat = re.compile(r"  initial begin\n(?:    " + DRAM_INSTANCE + r"\[\d+\] = [^;]+;\n)+  end\n")
-    m = pat.search(text)
-    if m is None:
-        raise BuildFailed(f"the generated DRAM has no initial block for {DRAM_INSTANCE} to compact (Amaranth's output changed?)")
-    depth = m.group(0).count("\n") - 2
-    loop = (f"  integer fl_init_i;\n  initial begin\n    for (fl_init_i = 0; fl_init_i < {depth}; fl_init_i = fl_init_i + 1)\n"
-            f"      {DRAM_INSTANCE}[fl_init_i] = 0;\n  end\n")
-    return text[:m.start()] + loop + text[m.end():]
+    return Dram(board, faults=parse_faults(variant.faults, variant.config, board), fault_port=variant.fault_port,
+                verilog_array=True)
 
 
 def _verilog_problem(out: Path) -> str | None:
@@ -400,11 +384,13 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tupl
             manifest.unlink(missing_ok=True)
         from amaranth.back import verilog
 
+        from rtl.dram_array import array_verilog
+
         t0 = time.perf_counter()
         try:
             text = verilog.convert(elaborate(variant), name=CHIP_MODULE, emit_src=False)
             if not variant.external_axi:
-                text += _compact_dram_init(verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False))
+                text += verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False) + array_verilog()
         except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
             raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
         tmp = out.with_suffix(".tmp")
@@ -417,13 +403,13 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tupl
 def control_file_text() -> str:
     """Verilator control file: expose to VPI only what the testbench touches (instead of
     --public-flat-rw): the wrapper's signals and every SRAM the backdoor opens."""
-    from rtl.dram import DRAM_INSTANCE
+    from rtl.dram_array import ARRAY_MODULE, ARRAY_VAR
     from rtl.memories import MEMORIES
 
     lines = ["`verilator_config"]
     for mem in MEMORIES:
         lines.append(f'public_flat_rw -module "{CHIP_MODULE}" -var "{mem.backdoor}"')
-    lines.append(f'public_flat_rw -module "{DRAM_MODULE}" -var "{DRAM_INSTANCE}"')
+    lines.append(f'public_flat_rw -module "{ARRAY_MODULE}" -var "{ARRAY_VAR}"')
     lines.append(f'public_flat_rw -module "{TB_TOPLEVEL}" -var "*"')
     return "\n".join(lines) + "\n"
 

@@ -21,6 +21,7 @@ from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 from rtl.csr_map import ID_MAGIC, PERF_COUNTERS, REG, SEMAPHORES, UNITS_THAT_WAIT, register
 from rtl.dram import DRAM_INSTANCE, ROW_BYTES
+from rtl.dram_array import ARRAY_VAR
 from rtl.isa import ErrCode, Opcode, unpack_command
 from rtl.memories import MEMORIES, Region, memory
 from rtl.revisions import revision_name
@@ -206,7 +207,7 @@ class Device:
         self.dram = DramAllocator(b.dram_bytes, b.bus_bytes)
         dram = getattr(self.tb.dut, "dram", None)  # absent when cocotb serves the AXI port itself
         self._dram_mem = (None if dram is None
-                          else _Backdoor(getattr(dram, DRAM_INSTANCE), 8 * ROW_BYTES, b.dram_bytes // ROW_BYTES))
+                          else _Backdoor(getattr(getattr(dram, DRAM_INSTANCE), ARRAY_VAR), 8 * ROW_BYTES, b.dram_bytes // ROW_BYTES))
 
     # ---- DRAM: host memory, through the backdoor ------------------------------------------
     def _dram_range(self, addr: int, nbytes: int) -> None:

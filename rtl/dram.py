@@ -23,19 +23,20 @@ Built from a resolved :class:`~rtl.board.BoardConfig`:
 from __future__ import annotations
 
 from amaranth.hdl import Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In
 
 from .axi import axi_members
 from .board import PAGE_BYTES, BoardConfig
 from .config import log2
+from .dram_array import DramArray
 from .faults import BOARD_KINDS, FAULT_BITS, FAULT_LAYOUT
 from .saboteurs import could_be, dram_read_data
 
 __all__ = ["Dram", "OUTSTANDING", "DRAM_INSTANCE", "ROW_BYTES"]
 
 OUTSTANDING = 4  # read bursts (and write addresses) the DRAM queues
-DRAM_INSTANCE = "dram_mem"  # the Verilog array of the DRAM (host backdoor)
+DRAM_INSTANCE = "dram_mem"  # the DRAM's storage array (rtl/dram_array.py; its array is the host backdoor)
 # The array holds 32-byte rows (8 beats of a 4-byte bus): the host backdoor opens one simulator
 # handle per row, and a million-word array of single beats cost seconds of handle lookups.
 ROW_BYTES = 32
@@ -44,15 +45,18 @@ ROW_BYTES = 32
 class Dram(wiring.Component):
     """AXI4 slave DRAM model (see the module docstring)."""
 
-    def __init__(self, board: BoardConfig, faults=(), fault_port: bool = False):
+    def __init__(self, board: BoardConfig, faults=(), fault_port: bool = False, verilog_array: bool = False):
         """``faults``: parsed faults (``rtl.faults.Fault``, the ``--inject`` list: those of the
         board's kinds are built in as constants, the others are the chip's); ``fault_port``:
-        one more descriptor on a ``fault_sel`` input (a campaign build)."""
+        one more descriptor on a ``fault_sel`` input (a campaign build); ``verilog_array``: the
+        storage array as the hand-written Verilog module (simulator builds, ``rtl/dram_array.py``)
+        rather than an Amaranth memory (Amaranth's simulator)."""
         if not board.beats:
             raise ValueError("Dram needs a resolved BoardConfig (BoardConfig.resolve(chip))")
         self.board = board
         self.faults = [f for f in faults if f.kind in BOARD_KINDS]
         self.fault_port = fault_port
+        self.verilog_array = verilog_array
         super().__init__({**axi_members(board.bus_bits, master=False),
                           **({"fault_sel": In(FAULT_BITS)} if fault_port else {})})
 
@@ -69,10 +73,7 @@ class Dram(wiring.Component):
         if self.fault_port:
             descs.append(data.View(FAULT_LAYOUT, self.fault_sel[:FAULT_LAYOUT.size]))
 
-        mem = memory.Memory(shape=8 * ROW_BYTES, depth=depth, init=[])
-        m.submodules[DRAM_INSTANCE] = mem
-        rp = mem.read_port()
-        wp = mem.write_port(granularity=8)
+        m.submodules[DRAM_INSTANCE] = arr = DramArray(depth, 8 * ROW_BYTES, verilog=self.verilog_array)
 
         def row_of(addr):
             return (addr >> row_shift)[:log2(depth)]
@@ -123,7 +124,7 @@ class Dram(wiring.Component):
         want_wr = Signal()
         m.d.comb += rd_beat.eq(want_rd & have_token & (~want_wr | ~prefer_write | (tokens > 1)))
         r_sel = Signal(range(per_row))  # the beat of the row being read (held with the data)
-        m.d.comb += [rp.addr.eq(row_of(r_addr)), rp.en.eq(rd_beat)]
+        m.d.comb += [arr.r_addr.eq(row_of(r_addr)), arr.r_en.eq(rd_beat)]
         with m.If(rd_beat):
             m.d.sync += [rvalid.eq(1), rlast.eq(r_left == 0), r_addr.eq(next_beat(r_addr)), r_left.eq(r_left - 1),
                          r_sel.eq(beat_of(r_addr))]
@@ -131,7 +132,7 @@ class Dram(wiring.Component):
                 m.d.sync += r_active.eq(0)
         with m.Elif(self.axi_rready):
             m.d.sync += rvalid.eq(0)
-        rdata = rp.data.word_select(r_sel, b.bus_bits) if per_row > 1 else rp.data
+        rdata = arr.r_data.word_select(r_sel, b.bus_bits) if per_row > 1 else arr.r_data
         if could_be(descs, *BOARD_KINDS):  # the address each beat was read from, for its stuck bits
             beat_q = Signal(log2(b.dram_bytes), name="rd_beat_addr_q")
             with m.If(rd_beat):
@@ -152,9 +153,9 @@ class Dram(wiring.Component):
         m.d.comb += wr_beat.eq(want_wr & have_token & (~want_rd | prefer_write | (tokens > 1)))
         m.d.comb += [
             self.axi_wready.eq(wr_beat),
-            wp.addr.eq(row_of(w_addr)),
-            wp.data.eq(self.axi_wdata.replicate(per_row)),
-            wp.en.eq(Mux(wr_beat, self.axi_wstrb << (beat_of(w_addr) * nbytes), 0)),
+            arr.w_addr.eq(row_of(w_addr)),
+            arr.w_data.eq(self.axi_wdata.replicate(per_row)),
+            arr.w_en.eq(Mux(wr_beat, self.axi_wstrb << (beat_of(w_addr) * nbytes), 0)),
         ]
         b_pending = Signal(range(OUTSTANDING + 2))
         b_done = self.axi_bvalid & self.axi_bready

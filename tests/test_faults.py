@@ -25,6 +25,8 @@ from rtl.faults import KINDS, FaultKind, constant_bits, dram_lines, parse_fault,
 from conftest import SEED, require_sim
 
 SMALL = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)
+BOARD = BoardConfig().resolve(SMALL)  # the default board: the DRAM faults' sizes come from it
+DRAM_BITS = BOARD.dram_bytes.bit_length() - 1  # address bits the DRAM decodes: 2 (the 4-byte beat) up to this
 
 # The faults issue 9 found escaping or misattributed (each: the stage that must now catch it and
 # the words its diagnosis must contain), and one more of every kind of the fault model.
@@ -90,7 +92,8 @@ def test_every_kind_parses_and_round_trips():
     ("pin:reset:stuck1", "expected pin:<idle|irq>"),
     ("bus:slow", "expected bus:hang"),
     ("flash:stuck1", "unknown kind 'flash'"),
-    ("dram:stuck1:addr=1048576:bit=0", "addr=1048576 is out of range; the 1,048,576-byte DRAM has bytes 0..1048575"),
+    (f"dram:stuck1:addr={BOARD.dram_bytes}:bit=0",
+     f"addr={BOARD.dram_bytes} is out of range; the {BOARD.dram_bytes:,}-byte DRAM has bytes 0..{BOARD.dram_bytes - 1}"),
     ("dram:stuck1:addr=0:bit=8", "bit=8 is out of range; a DRAM byte has bits 0..7"),
     ("dram:stuck2:addr=0:bit=1", "expected dram:<stuck0|stuck1>:addr=<byte>:bit=<0..7>"),
     ("dma:alias:addr_bit=32", "addr_bit=32 is out of range; the AXI address has bits 0..31"),
@@ -115,10 +118,11 @@ def test_universe_counts_every_site():
             parse_fault(space.nth(i), SMALL)
     specs = list(spaces["sram_addr_bridge"])
     assert len(specs) == len(set(specs)) == spaces["sram_addr_bridge"].size
-    # the board's kinds: every bit of the DRAM, every address bit it decodes (1 MiB, 4-byte bus:
-    # bits 2..19) tied low or high on three sides, every beat of the first 8 bursts
-    assert spaces["dram_stuck"].size == 2 * 8 * (1 << 20)
-    assert spaces["dma_addr_alias"].size == 18 * 2 * 3
+    # the board's kinds: every bit of the DRAM, every address bit it decodes (a 4-byte bus: from
+    # bit 2 to the DRAM's top) tied low or high on three sides, every beat of the first 8 bursts
+    assert spaces["dram_stuck"].size == 2 * 8 * BOARD.dram_bytes
+    assert list(dram_lines(SMALL)) == list(range(2, DRAM_BITS))
+    assert spaces["dma_addr_alias"].size == (DRAM_BITS - 2) * 2 * 3
     assert spaces["dma_drop_beat"].size == 8 * 16
     aliases = list(spaces["dma_addr_alias"])
     assert len(set(aliases)) == len(aliases) and not any(redundant(parse_fault(a, SMALL), SMALL) for a in aliases)
@@ -148,10 +152,11 @@ def test_redundant_faults_are_the_bits_a_good_chip_never_changes():
     one = next(b for b in range(32) if 0x464C4954 >> b & 1)
     assert redundant(parse_fault(f"csr:ID:stuck1:bit={one}", SMALL), SMALL)
     assert not redundant(parse_fault(f"csr:ID:stuck0:bit={one}", SMALL), SMALL)
-    # AXI address bits the DRAM never decodes: below the 4-byte beat, above the 1 MiB DRAM
+    # AXI address bits the DRAM never decodes: below the 4-byte beat, above the DRAM's size
     assert "below the 4-byte beat" in redundant(parse_fault("dma:tie1:addr_bit=1", SMALL), SMALL)
-    assert "above the DRAM's 20 address bits" in redundant(parse_fault("dma:alias:addr_bit=20:side=load", SMALL), SMALL)
-    assert not redundant(parse_fault("dma:alias:addr_bit=19", SMALL), SMALL)
+    above = redundant(parse_fault(f"dma:alias:addr_bit={DRAM_BITS}:side=load", SMALL), SMALL)
+    assert f"above the DRAM's {DRAM_BITS} address bits" in above
+    assert not redundant(parse_fault(f"dma:alias:addr_bit={DRAM_BITS - 1}", SMALL), SMALL)
     small = BoardConfig(dram_bytes=1 << 16)
     assert redundant(parse_fault("dma:alias:addr_bit=16", SMALL), SMALL, board=small)
     assert list(dram_lines(SMALL, small)) == list(range(2, 16))
@@ -240,7 +245,7 @@ def test_model_dram_stage_passes_a_good_board():
     from firstlight.bringup.stages import _DramCheck
 
     offsets = asyncio.run(_DramCheck(port, port.size, dram_lines(SMALL), np.random.default_rng(SEED)).run(4096))
-    assert offsets == [0] + [1 << i for i in range(2, 20)]
+    assert offsets == [0] + [1 << i for i in range(2, DRAM_BITS)]
 
 
 @pytest.mark.parametrize("spec", _sampled("dma_addr_alias", 24, SEED) + _sampled("dram_stuck", 12, SEED))
