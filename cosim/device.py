@@ -65,7 +65,11 @@ class SubmitFilter(Protocol):
     def __call__(self, commands: list[int]) -> list[int]: ...
 
     def chip_idle(self) -> None:
-        """The chip was seen idle (or was reset): nothing queued can still be in flight."""
+        """The chip was seen idle: nothing queued can still be in flight."""
+
+    def chip_reset(self) -> None:
+        """The chip was soft-reset: as ``chip_idle``, and the state a reset clears (the DMA
+        queues' strides) is back at its reset value."""
 
 
 class KernelDevice(Protocol):
@@ -440,7 +444,8 @@ class Device:
         their contents. The ring restarts at entry 0."""
         await self.write_csr("CTRL", REG["CTRL"].pack(soft_reset=1, clear_err=1))
         self._tail = 0
-        self._chip_idle()
+        if self._filter is not None:
+            self._filter.chip_reset()
 
     def default_budget(self) -> int:
         return self.watchdog_cycles

@@ -41,7 +41,7 @@ __all__ = ["GemmPlan", "GemmBuffers", "plan_gemm", "plan_for", "gemm", "prepare_
            "check_gemm_operands", "new_host_counts", "GEMM_UNITS"]
 
 MAX_K_FIELD = 0xFFFF
-GEMM_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC)  # the units a GEMM's errata can live in
+GEMM_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC, Unit.DMA)  # the units a GEMM's errata can live in (operands arrive by DMA)
 _FENCE = fence()
 # Host cost weights for the planner (seconds); measured orders of magnitude on Verilator.
 _HOST_S_PER_WORD = 3e-6

@@ -129,6 +129,6 @@ async def reduce_rows(dev: KernelDevice, x: np.ndarray, op: str, *, mitigations:
             if all(len(b) == 1 for b in blocks):
                 break
         await dev.check_no_error()
-    meas.stats.add_errata(mitigations.report((Unit.REDUCE, Unit.CMDPROC)))
+    meas.stats.add_errata(mitigations.report((Unit.REDUCE, Unit.CMDPROC, Unit.DMA)))
     result = np.array([b[0, 0] for b in blocks], dtype=np.int32)
     return (~result if complement else result), meas.stats

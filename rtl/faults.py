@@ -485,6 +485,10 @@ def constant_bits(register: str, cfg: ChipConfig, board: BoardConfig | None = No
         out.update({b: 0 for b in range(f.lsb + cfg.cmd_fifo_depth.bit_length(), 32)})
     if register == "CMDQ_HEAD":
         out.update({b: 0 for b in range((cfg.cmdq_depth - 1).bit_length(), 32)})
+    if register == "TRACE_COUNT":  # count never exceeds the buffer's entries
+        f = reg.field("count")
+        top = MEM["TRACE"].depth(cfg).bit_length()
+        out.update({b: 0 for b in range(f.lsb + top, f.lsb + f.width)})
     if register in WINDOW_DATA:
         widest = max(m.chunk_bits(cfg) for m in MEMORIES)
         out.update({b: 0 for b in range(widest, 32)})

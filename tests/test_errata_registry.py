@@ -371,6 +371,9 @@ def test_stride_state_survives_idle_and_the_rest_does_not():
     fresh = StreamFilter(flt.passes, _GEO)  # a new attach knows no stride
     with pytest.raises(PassError):
         fresh([dma_load(Region.ACC, sram=0, dram=0x1FC0, words=8, rows=2)])
+    flt.chip_reset()  # a soft reset puts both queues' strides to 0: the pass knows them again
+    after = flt([dma_load(Region.ACC, sram=0, dram=0x1FC0, words=8, rows=2)])
+    assert [decode(c)["dram"] for c in after] == [0x1FC0, 0x2000] * 2, "rows 0 and 1 both at the base: stride 0"
 
 
 def opcode_of_all(cmds):

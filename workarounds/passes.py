@@ -13,9 +13,9 @@ reset clears -- and survive ``chip_idle``.
 
 What the DMA passes cannot see (their stride state is only as good as the streams they saw):
 a stream submitted with the filter suspended (``dev.submit_filter_suspended()``) may set
-strides behind their back, and the device reports a soft reset (strides back to 0) as
-``chip_idle``. A stream that uses multi-row DMAs after either sets its strides again, as every
-stream that uses them should.
+strides behind their back. A stream that uses multi-row DMAs after one sets its strides again,
+as every stream that uses them should. A soft reset the device reports as ``chip_reset``:
+the passes forget the stream and know the strides are 0 (:data:`RESET_STATE`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ from rtl.dma import LOAD_REGIONS
 from rtl.isa import DmaQueue, Opcode, decode, dma_load, dma_store, fence, opcode_of
 from rtl.memories import MEM, Region
 
-__all__ = ["PASSES", "CHIP_STATE", "DmaGeometry", "PassError", "StreamFilter", "stream_filter"]
+__all__ = ["PASSES", "CHIP_STATE", "RESET_STATE", "DmaGeometry", "PassError", "StreamFilter", "stream_filter"]
 
 _FENCE = fence()
 
-# Pass-state entries that mirror chip state surviving idle: chip_idle keeps them.
-CHIP_STATE = frozenset({"strides"})
+# Pass-state entries that mirror chip state surviving idle (chip_idle keeps them), at the values a
+# soft reset gives them (chip_reset): both DMA queues' strides (SRAM, DRAM) are 0.
+RESET_STATE = {"strides": {q: (0, 0) for q in DmaQueue}}
+CHIP_STATE = frozenset(RESET_STATE)
 
 
 class PassError(ValueError):
@@ -268,7 +270,7 @@ PASSES = {
 class StreamFilter:
     """The submit filter of a set of passes: ``filter(cmds) -> cmds``, counting what each inserted.
 
-    Implements the device's submit-filter protocol (``__call__`` and ``chip_idle``).
+    Implements the device's submit-filter protocol (``__call__``, ``chip_idle`` and ``chip_reset``).
     """
 
     def __init__(self, passes: list[tuple[str, object]], chip: DmaGeometry | None = None):
@@ -293,6 +295,10 @@ class StreamFilter:
         """Nothing queued can still be in flight: forget what the passes remembered about the
         stream, but not the chip state they mirror (:data:`CHIP_STATE`)."""
         self._state = {name: {k: v for k, v in st.items() if k in CHIP_STATE} for name, st in self._state.items()}
+
+    def chip_reset(self) -> None:
+        """A soft reset: the chip state the passes mirror is back at its reset value too."""
+        self._state = {name: {k: dict(v) for k, v in RESET_STATE.items()} for name, _ in self.passes}
 
 
 def stream_filter(active: frozenset[str], config=None, board=None) -> StreamFilter:
