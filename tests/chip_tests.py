@@ -85,13 +85,17 @@ async def backdoor_matches_front_door(dut):
 # (9, 6, 1500) and (33, 65, 256): K in several chunks, operand panels and C tile rows that straddle
 # 4 KiB DRAM pages, several tile groups (so consecutive groups share a chunk's operands)
 GEMM_SHAPES = [(1, 1, 1), (4, 4, 4), (37, 19, 100), (5, 7, 3), (9, 6, 1500), (13, 29, 17), (33, 65, 256)]
+# Icarus runs the same Verilog as Verilator ~40x slower (the K = 131073 wrap alone: 300 s against
+# 8 s): it gets the short problems, its value being 4-state semantics, not more datapath coverage.
+ON_ICARUS = cocotb.SIM_NAME.lower().startswith("icarus")
+ICARUS_SHAPES = [(1, 1, 1), (4, 4, 4), (37, 19, 100), (5, 7, 3), (13, 29, 17)]
 
 
 @cocotb.test()
 async def gemm_shapes_bit_exact(dut):
     dev = await open_device(dut)
     rng = rng_for("gemm")
-    for m, n, k in GEMM_SHAPES:
+    for m, n, k in ICARUS_SHAPES if ON_ICARUS else GEMM_SHAPES:
         a = rng.integers(-128, 128, (m, k), dtype=np.int8)
         b = rng.integers(-128, 128, (k, n), dtype=np.int8)
         c, stats = await gemm(dev, a, b, mitigations=mit(dev))
@@ -101,14 +105,15 @@ async def gemm_shapes_bit_exact(dut):
 
 @cocotb.test()
 async def gemm_extremes_wrap(dut):
-    """-128 * -128 summed over K = 131073 passes 2**31: the int32 accumulator must wrap."""
+    """-128 * -128 summed over K = 131073 passes 2**31: the int32 accumulator must wrap (on
+    Icarus a shorter K with the extreme values only: the wrap is Verilator's, 1M cycles)."""
     dev = await open_device(dut)
-    k = 131073
+    k = 4097 if ON_ICARUS else 131073
     a = np.full((1, k), -128, np.int8)
     b = np.full((k, 1), -128, np.int8)
     c, _ = await gemm(dev, a, b, mitigations=mit(dev))
     ref = golden.gemm_int8(a, b)
-    assert int(ref[0, 0]) == -2147467264  # spec: (16384 * 131073) mod 2**32, as signed
+    assert int(ref[0, 0]) == (-2147467264 if k == 131073 else 16384 * k)  # spec: (16384 * k) mod 2**32, as signed
     assert_equal(c, ref, "wrapping gemm")
     rng = rng_for("extremes")
     a = rng.choice(np.array([-128, 127], np.int8), (6, 300))

@@ -25,7 +25,9 @@ AXI_TESTS = [
 
 # Revisions whose DMA issues bursts across 4 KiB pages (computed from rtl/revisions.py, so a
 # revision that gains the defect is tested without editing this file).
-PAGE_CROSSING_REVISIONS = sorted(n for n, r in REVISIONS.items() if Defect.DMA_BURST_CROSSES_PAGE in r.defects)
+# The last revision with the defect (one build per revision and simulator: the defect is the same
+# RTL in each; the errata matrix runs it on every affected revision).
+PAGE_CROSSING_REVISIONS = sorted(n for n, r in REVISIONS.items() if Defect.DMA_BURST_CROSSES_PAGE in r.defects)[-1:]
 
 
 @pytest.mark.sim
