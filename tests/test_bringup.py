@@ -100,7 +100,7 @@ def test_caps_fault_is_caught_by_identity(tmp_path):
 @pytest.mark.sim
 def test_injected_fault_on_verilator_too(tmp_path):
     require_sim("verilator")
-    code, rep = _bringup(tmp_path, "--sram-depth", "64", "--inject", "sram:ACC:stuck0:addr=17:bit=33")
+    code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64", "--inject", "sram:ACC:stuck0:addr=17:bit=33")
     st = _stages(rep)
     assert code == cli.EXIT_FAIL and st["memories"]["status"] == "failed"
     assert "SRAM ACC" in st["memories"]["details"] and "word 17" in st["memories"]["details"]
@@ -110,7 +110,7 @@ def test_injected_fault_on_verilator_too(tmp_path):
 @pytest.mark.sim
 def test_watchdog_expiry_is_a_failed_stage_with_a_dump(tmp_path):
     require_sim("verilator")
-    code, rep = _bringup(tmp_path, "--sram-depth", "64", "--watchdog", "12")
+    code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64", "--watchdog", "12")  # a small build
     st = _stages(rep)
     assert code == cli.EXIT_FAIL
     failed = [n for n, s in st.items() if s["status"] == "failed"]
