@@ -26,13 +26,6 @@ def sim(request) -> str:
     return request.param
 
 
-def pytest_collection_modifyitems(config, items):
-    """Simulator tests first, in their files' order, then the rest: xdist hands tests out in
-    order, and the long builds and runs started last left one worker idle while the other
-    finished them; the quick pure-Python tests now fill the end."""
-    items[:] = sorted(items, key=lambda item: item.get_closest_marker("sim") is None)
-
-
 _RUNS: dict = {}
 
 
