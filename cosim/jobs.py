@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -65,7 +66,7 @@ class JobResult:
     records: list[dict]
     build: Build
     run_s: float  # simulator process wall time, start-up included
-    log: Path
+    log: Path | None  # None: the job ran in a temporary folder, removed after it succeeded
     waves: Path | None = None
     value: object = None
     device: dict = field(default_factory=dict)
@@ -183,6 +184,9 @@ def run_job(
     target = job_target(fn)
     variant = variant or Variant()
     build = build or build_simulator(variant, sim=sim, clock=clock, waves=waves)
+    # A folder of our own is removed once the job has succeeded (issue 15: runs left one behind
+    # each); a failed job keeps it, since its error names the simulator log inside.
+    own_work = work_dir is None and not waves
     work = (Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="firstlight-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     records_path = work / "records.jsonl"
@@ -242,6 +246,9 @@ def run_job(
     if not final:
         raise _died(sim, target, error, log, records)
     device = next((r for r in records if r.get("type") == "device"), {})
+    if own_work:
+        shutil.rmtree(work, ignore_errors=True)
+        log = None
     return JobResult(records, build, run_s, log, wave_file, final[-1]["value"], device)
 
 

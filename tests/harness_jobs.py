@@ -1,4 +1,5 @@
-"""Jobs for tests/test_harness.py that end their own simulator process (they run inside it)."""
+"""Jobs for tests/test_harness.py (they run inside the simulator): ones that end their own
+simulator process, one that succeeds and one that raises."""
 
 from __future__ import annotations
 
@@ -15,4 +16,14 @@ async def exit_job(dev, emit, code: int) -> None:
     os._exit(code)
 
 
-__all__ = ["die_by_signal_job", "exit_job"]
+
+async def ok_job(dev, emit) -> int:
+    """Succeeds at once: what a run leaves behind afterwards."""
+    return 42
+
+
+async def raise_job(dev, emit) -> None:
+    raise RuntimeError("this job fails on purpose")
+
+
+__all__ = ["die_by_signal_job", "exit_job", "ok_job", "raise_job"]

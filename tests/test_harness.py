@@ -207,6 +207,29 @@ def test_killed_simulator_is_a_harness_error_naming_log_and_signal(tmp_path, ica
 
 
 @pytest.mark.sim
+def test_a_job_leaves_no_temporary_folder_unless_it_failed(tmp_path, monkeypatch):
+    """Issue 15: every run left a firstlight-XXXXXXXX folder behind. A job that succeeds removes
+    its own; one that fails keeps it, and its error names the simulator log inside."""
+    import tempfile
+
+    from cosim.jobs import JobFailed, run_job
+    from harness_jobs import ok_job, raise_job
+
+    require_sim("icarus")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    res = run_job(ok_job, {}, variant=_small_variant(), sim="icarus")
+    assert res.value == 42 and res.log is None
+    assert list(tmp.iterdir()) == []
+    with pytest.raises(JobFailed, match="this job fails on purpose") as failed:
+        run_job(raise_job, {}, variant=_small_variant(), sim="icarus")
+    kept = list(tmp.iterdir())
+    assert len(kept) == 1 and kept[0].name.startswith("firstlight-") and (kept[0] / "sim.log").is_file()
+    assert str(kept[0] / "sim.log") in str(failed.value)
+
+
+@pytest.mark.sim
 def test_simulator_exit_status_is_translated(tmp_path):
     """A job that ends its own simulator: a segfault is named, an exit code is given."""
     from cosim.jobs import SimulatorDied, run_job
