@@ -54,6 +54,7 @@ def test_unassessed_revision_goes_on_without_mitigations(tmp_path):
     assert code == cli.EXIT_OK, st
     assert "not in the errata registry" in st["identity"]["details"]
     assert st["identity"]["figures"]["mitigations"] == []
+    assert "the errata registry has not assessed B1" in st["errata"]["details"], st["errata"]  # not "exactly as it says"
 
 
 # fault, the stage that must catch it, words its diagnosis must contain

@@ -110,10 +110,18 @@ def test_errata_check_exit_code_follows_the_registry(monkeypatch, capsys):
 def test_waves_are_kept_and_named(sim, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "r.json"
-    argv = ["run", "gemm", "--m", "3", "--n", "3", "--k", "3", "--sim", sim, "--formats", "int8", "--waves"]
-    assert cli.main([*argv, "--json", str(out)]) == 0  # int8 only: a traced build of the FP chip takes minutes
+    argv = ["run", "gemm", "--m", "3", "--n", "3", "--k", "3", "--sim", sim, "--formats", "int8"]
+    # the default folder under the current one on Verilator, a chosen one on Icarus
+    where = ["--waves"] if sim == "verilator" else ["--waves-dir", str(tmp_path / "my waves")]
+    assert cli.main([*argv, *where, "--json", str(out)]) == 0  # int8 only: a traced build of the FP chip takes minutes
     text = capsys.readouterr().out
     waves = [p for p in tmp_path.rglob("*") if p.suffix in (".vcd", ".fst")]
+    assert len(waves) == 1, waves
+    folder = waves[0].parent
+    if sim == "verilator":
+        assert folder.parent == tmp_path / "firstlight-out" and folder.name.startswith("run-"), waves
+    else:
+        assert folder == tmp_path / "my waves", waves
     assert waves and waves[0].stat().st_size > 1000, waves
     assert waves[0].name in text
     if waves[0].suffix == ".vcd":

@@ -153,6 +153,17 @@ def test_compare_reports_new_findings_and_missing_reproductions():
     assert rows[ERRATA[0].id] == "new finding"
 
 
+def test_compare_on_an_unassessed_revision_expects_nothing():
+    """Issue 15 item 4: B1 is not in the registry; nothing is expected of it or ruled out (it
+    used to read "not affected" for every erratum)."""
+    quiet = {e.id: {"fired": False, "detail": ""} for e in ERRATA}
+    rows = compare("B1", quiet)
+    assert {r["expected"] for r in rows} == {None} and {r["verdict"] for r in rows} == {"not seen"}
+    loud = dict(quiet, **{ERRATA[0].id: {"fired": True, "detail": "it fired"}})
+    verdicts = {r["id"]: r["verdict"] for r in compare("B1", loud)}
+    assert verdicts[ERRATA[0].id] == "new finding" and set(verdicts.values()) == {"new finding", "not seen"}
+
+
 # ---- the DMA passes, on command lists ---------------------------------------------------------
 # A model of what a DMA moves, written from the spec (rtl/dma.py's docstring: row r between DRAM
 # dram + r * dram_stride and SRAM word sram + r * sram_stride, bursts of at most 16 beats that end

@@ -268,6 +268,7 @@ def _blocker(tmp_path) -> Path:
 @pytest.mark.parametrize("argv, option", [
     (["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--json", "{bad}/r.json"], "--json"),
     (["run", "reduce", "--rows", "2", "--cols", "2", "--op", "sum", "--json", "{bad}/r.json"], "--json"),
+    (["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--waves-dir", "{bad}/w"], "--waves-dir"),
     (["bench", "--shapes", "2x2x2", "--json", "{bad}/b.json"], "--json"),
     (["numerics", "--report", "{bad}/nu"], "--report"),
     (["bringup", "--report", "{bad}/rep"], "--report"),

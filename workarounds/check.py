@@ -13,17 +13,22 @@ def compare(revision: str, observed: dict[str, dict], errata: tuple[Erratum, ...
 
     ``verdict`` is ``ok``, ``not applicable`` (the chip lacks the feature, e.g. no FP path), ``new
     finding`` (fired where the registry says not affected) or ``not reproduced`` (the registry
-    says affected, the reproducer saw nothing).
+    says affected, the reproducer saw nothing). On a revision the registry has not assessed,
+    ``expected`` is None (nothing is expected or ruled out) and the verdict is ``not seen`` or
+    ``new finding`` (a defect on it that nobody has registered).
     """
+    assessed = revision in registry.ASSESSED_REVISIONS
     rows = []
     for e in registry.ERRATA if errata is None else errata:
-        expected = revision in e.affected
+        expected = (revision in e.affected) if assessed else None
         obs = observed.get(e.id)
         fired = bool(obs and obs.get("fired"))
         if obs is None:
             verdict = "not run"
         elif obs.get("applicable") is False:
             verdict = "not applicable"
+        elif expected is None:
+            verdict = "new finding" if fired else "not seen"
         elif fired == expected:
             verdict = "ok"
         elif fired:

@@ -124,9 +124,13 @@ def _show(args) -> int:
     return EXIT_OK
 
 
+_GOOD_VERDICTS = ("ok", "not applicable", "not seen")  # workarounds.check.compare's verdicts that are no finding
+
+
 def _check(args) -> int:
     from firstlight.jobs.errata import check_revision
     from workarounds.check import compare
+    from workarounds.registry import ASSESSED_REVISIONS
 
     require_sim(args.sim)
     observed, error = check_revision(args.rev, args.sim)
@@ -136,14 +140,18 @@ def _check(args) -> int:
     t = Table(title=Text(f"errata check on {args.rev} ({args.sim})"))
     for col in ("id", "unit", "expected", "detected", "verdict", "detail"):
         t.add_column(col)
+    if args.rev not in ASSESSED_REVISIONS:
+        err_console.print(plain(f"{args.rev} is not in the errata registry (assessed: {', '.join(ASSESSED_REVISIONS)}): "
+                                f"nothing is expected on it; a reproducer that fires is a new finding"))
+    expected = {True: "affected", False: "not affected", None: "unknown (not assessed)"}
     for r in rows:
-        color = "green" if r["verdict"] in ("ok", "not applicable") else "red"
-        t.add_row(*cells(r["id"], _text(r["unit"]), "affected" if r["expected"] else "not affected",
+        color = "green" if r["verdict"] in _GOOD_VERDICTS else "red"
+        t.add_row(*cells(r["id"], _text(r["unit"]), expected[r["expected"]],
                          "fired" if r["detected"] else "-", Text(r["verdict"], style=color), r["detail"]))
     console.print(t)
     if args.json:
         args.json.write_text(json.dumps({"revision": args.rev, "sim": args.sim, "rows": rows}, indent=2, default=_text))
-    bad = [r for r in rows if r["verdict"] not in ("ok", "not applicable")]
+    bad = [r for r in rows if r["verdict"] not in _GOOD_VERDICTS]
     for r in bad:
         err_console.print(plain((f"{r['verdict'].upper()}: ", "bold red"), f"{r['id']} on {args.rev}: {r['detail']}"))
     return EXIT_FAIL if bad else EXIT_OK

@@ -45,7 +45,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     add_seed_option(p, help="seed for the random operands (default: 1)")
     add_json_option(p, help="also write the result as JSON")
     p.add_argument("--waves", action="store_true",
-                   help="record a waveform of the run and print its path (VCD on Verilator, FST on Icarus)")
+                   help="record a waveform of the run and print its path (VCD on Verilator, FST on Icarus), in "
+                        "firstlight-out/run-<unix time>/ under the current folder unless --waves-dir says where")
+    p.add_argument("--waves-dir", type=Path, default=None, metavar="DIR",
+                   help="the folder for the waveform and the simulator's log (implies --waves)")
     p.add_argument("--extremes", action="store_true", help="draw operands from the extreme values only")
     p.add_argument("--trace", type=Path, default=None, metavar="PATH",
                    help="record the chip's trace buffer and write it as a Chrome trace (open in ui.perfetto.dev "
@@ -96,9 +99,12 @@ def cmd(args) -> int:
     policy = _policy(args.errata_policy)
     variant = variant_from_args(args)
 
-    work = Path("firstlight-out") / f"run-{int(time.time())}" if args.waves else None
-    if work is not None:
-        check_output_dir(work.parent, "--waves (the waveform folder)")
+    if args.waves_dir is not None:
+        args.waves = True
+    work = None
+    if args.waves:
+        work = args.waves_dir or Path("firstlight-out") / f"run-{int(time.time())}"
+        check_output_dir(work, "--waves-dir" if args.waves_dir else "--waves (the waveform folder)")
 
     # imported once the arguments are known good, so that a bad one exits 2 quickly
     from cosim.jobs import JobFailed, SimulatorDied, run_job
