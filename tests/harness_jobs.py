@@ -16,7 +16,6 @@ async def exit_job(dev, emit, code: int) -> None:
     os._exit(code)
 
 
-
 async def ok_job(dev, emit) -> int:
     """Succeeds at once: what a run leaves behind afterwards."""
     return 42

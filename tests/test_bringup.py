@@ -7,7 +7,7 @@ import json
 import pytest
 from junitparser import JUnitXml
 
-from conftest import SEED, require_sim
+from conftest import SEED, SMALL_CHIP, require_sim
 from cosim.build import Variant
 from firstlight import cli
 from firstlight.bringup.plan import DRAM_TEST_BYTES, STAGE_NAMES, closure, dram_test_bytes
@@ -174,7 +174,7 @@ def test_dram_region_is_the_stage_option(tmp_path):
     from firstlight.bringup.stages import bringup_job
     from rtl.faults import parse_fault
 
-    small = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)
+    small = SMALL_CHIP
     build = build_simulator(Variant(config=small, revision="A0", fault_port=True), sim="verilator")
     fault = parse_fault("dram:stuck1:addr=6000:bit=1", small)
     out = {}

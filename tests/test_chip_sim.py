@@ -40,10 +40,10 @@ def test_gpi_clock_mode_runs_a_kernel(tmp_path):
     from cosim.jobs import run_job
 
     require_sim("verilator")
+    from conftest import SMALL_CHIP
     from cosim.build import Variant
     from firstlight.jobs.kernels import gemm_job
-    from rtl.config import ChipConfig
 
-    small = Variant(config=ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64))  # quick to build
-    res = run_job(gemm_job, {"m": 9, "n": 6, "k": 21, "seed": 5}, variant=small, clock="gpi", work_dir=tmp_path)
+    res = run_job(gemm_job, {"m": 9, "n": 6, "k": 21, "seed": 5}, variant=Variant(config=SMALL_CHIP), clock="gpi",
+                  work_dir=tmp_path)
     assert res.value["passed"], res.value["mismatch"]

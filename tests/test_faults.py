@@ -22,9 +22,9 @@ from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 from rtl.faults import KINDS, FaultKind, constant_bits, dram_lines, parse_fault, redundant, universe
 
-from conftest import SEED, require_sim
+from conftest import SEED, SMALL_CHIP, require_sim
 
-SMALL = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)
+SMALL = SMALL_CHIP
 BOARD = BoardConfig().resolve(SMALL)  # the default board: the DRAM faults' sizes come from it
 DRAM_BITS = BOARD.dram_bytes.bit_length() - 1  # address bits the DRAM decodes: 2 (the 4-byte beat) up to this
 

@@ -19,14 +19,13 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from junitparser import JUnitXml
 
-from conftest import require_sim
+from conftest import SMALL_CHIP, require_sim
 from firstlight import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,10 +36,8 @@ SMALL = ["--formats", "int8", "--sram-depth", "64"]
 
 def _small_variant():
     from cosim.build import Variant
-    from rtl.config import ChipConfig
 
-    cfg = replace(ChipConfig(formats=("int8",)), operand_depth=64, acc_depth=64, cmdq_depth=64)
-    return Variant(config=cfg, revision="A0")
+    return Variant(config=SMALL_CHIP, revision="A0")
 
 
 # ---- processes ------------------------------------------------------------------------------------

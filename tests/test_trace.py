@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import SEED, require_sim
+from conftest import SEED, SMALL_CHIP, require_sim
 from firstlight.trace import Trace, chrome_trace, decode_words, write_chrome_trace
 from rtl import isa
 from rtl.config import ChipConfig
@@ -19,7 +19,7 @@ from rtl.csr_map import REG
 from rtl.memories import DATA_MEMORIES, MEM, Region
 from rtl.trace import TRACE_ENTRY, Unit, decode_entry
 
-TRACED = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)  # a 32-entry trace
+TRACED = SMALL_CHIP  # a 32-entry trace
 
 
 # ---- the spec -------------------------------------------------------------------------------------

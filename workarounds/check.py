@@ -5,7 +5,11 @@ from __future__ import annotations
 from . import registry
 from .registry import Erratum
 
-__all__ = ["compare"]
+__all__ = ["NO_FINDING", "compare"]
+
+
+# compare's verdicts that are no finding (errata check and the bring-up errata stage pass on them)
+NO_FINDING = frozenset({"ok", "not applicable", "not seen"})
 
 
 def compare(revision: str, observed: dict[str, dict], errata: tuple[Erratum, ...] | None = None) -> list[dict]:

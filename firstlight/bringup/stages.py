@@ -31,7 +31,7 @@ from rtl.isa import (DmaQueue, ErrCode, Opcode, ReduceOp, dma_load, dma_store, d
                      nop, pack_command, reduce, with_opcode)
 from rtl.memories import MEMORIES, Region
 from rtl.revisions import BY_CODE, REVISIONS
-from workarounds.check import compare
+from workarounds.check import NO_FINDING, compare
 from workarounds.registry import ASSESSED_REVISIONS
 from workarounds.reproducers import run_reproducer
 
@@ -1076,7 +1076,7 @@ async def stage_errata(ctx: Ctx):
     rows = compare(dev.revision, observed)
     found = [r["id"] for r in rows if r["detected"]]
     figures = {"detected": found, "verdicts": {r["id"]: r["verdict"] for r in rows}}
-    bad = [r for r in rows if r["verdict"] not in ("ok", "not applicable", "not seen")]
+    bad = [r for r in rows if r["verdict"] not in NO_FINDING]
     if bad:
         raise StageFailed("; ".join(f"{r['verdict']}: {r['id']} ({r['detail']})" for r in bad), figures)
     if dev.revision not in ASSESSED_REVISIONS:

@@ -124,12 +124,9 @@ def _show(args) -> int:
     return EXIT_OK
 
 
-_GOOD_VERDICTS = ("ok", "not applicable", "not seen")  # workarounds.check.compare's verdicts that are no finding
-
-
 def _check(args) -> int:
     from firstlight.jobs.errata import check_revision
-    from workarounds.check import compare
+    from workarounds.check import NO_FINDING, compare
     from workarounds.registry import ASSESSED_REVISIONS
 
     require_sim(args.sim)
@@ -145,13 +142,13 @@ def _check(args) -> int:
                                 f"nothing is expected on it; a reproducer that fires is a new finding"))
     expected = {True: "affected", False: "not affected", None: "unknown (not assessed)"}
     for r in rows:
-        color = "green" if r["verdict"] in _GOOD_VERDICTS else "red"
+        color = "green" if r["verdict"] in NO_FINDING else "red"
         t.add_row(*cells(r["id"], _text(r["unit"]), expected[r["expected"]],
                          "fired" if r["detected"] else "-", Text(r["verdict"], style=color), r["detail"]))
     console.print(t)
     if args.json:
         args.json.write_text(json.dumps({"revision": args.rev, "sim": args.sim, "rows": rows}, indent=2, default=_text))
-    bad = [r for r in rows if r["verdict"] not in _GOOD_VERDICTS]
+    bad = [r for r in rows if r["verdict"] not in NO_FINDING]
     for r in bad:
         err_console.print(plain((f"{r['verdict'].upper()}: ", "bold red"), f"{r['id']} on {args.rev}: {r['detail']}"))
     return EXIT_FAIL if bad else EXIT_OK
