@@ -1,15 +1,17 @@
-"""IEEE binary32 arithmetic as combinational Amaranth logic: exact-integer-to-fp32 rounding
-and fp32 addition, both round-to-nearest-even with full subnormals.
+"""IEEE binary32 arithmetic as combinational Amaranth logic: exact-integer-to-fp32 rounding,
+fp32 addition and multiplication (all round-to-nearest-even with full subnormals), and the
+maximum / minimum of two fp32 values.
 
-Both are builders (functions that add logic to a module and return a Value), used by the
-matrix engine's block-finalize stage and its write-back. The semantics are in docs/numerics.md.
+All are builders (functions that add logic to a module and return a Value), used by the
+matrix engine's block-finalize stage and its write-back, and by the vector unit. The semantics
+are in docs/numerics.md.
 """
 
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 
-__all__ = ["CANONICAL_NAN", "POS_INF", "round_to_fp32", "fp32_add"]
+__all__ = ["CANONICAL_NAN", "POS_INF", "round_to_fp32", "fp32_add", "fp32_mul", "fp32_max", "fp32_min", "is_nan"]
 
 CANONICAL_NAN = 0x7FC00000
 POS_INF = 0x7F800000
@@ -115,3 +117,71 @@ def fp32_add(m: Module, a, b, name: str = "add"):
     with m.Else():
         m.d.comb += out.eq(exact)
     return out
+
+
+def is_nan(x):
+    """``x`` (fp32 bits) is a NaN."""
+    return (x[23:31] == 255) & (x[0:23] != 0)
+
+
+def fp32_mul(m: Module, a, b, name: str = "mul"):
+    """IEEE binary32 ``a * b``, RNE, full subnormals, canonical NaN; the sign of a zero or
+    infinite product is the XOR of the signs (``0 * Inf`` is NaN)."""
+    sa, ea, fa = a[31], a[23:31], a[0:23]
+    sb, eb, fb = b[31], b[23:31], b[0:23]
+    a_inf = (ea == 255) & (fa == 0)
+    b_inf = (eb == 255) & (fb == 0)
+    a_zero = a[0:31] == 0
+    b_zero = b[0:31] == 0
+    sign = sa ^ sb
+    # value = ma * 2**(xa - 150) * mb * 2**(xb - 150): the exact 48-bit product, rounded once
+    ma = Cat(fa, ea != 0)
+    mb = Cat(fb, eb != 0)
+    xa = Mux(ea == 0, 1, ea)
+    xb = Mux(eb == 0, 1, eb)
+    prod = Signal(48, name=f"{name}_prod")
+    m.d.comb += prod.eq(ma * mb)
+    e2 = Signal(signed(11), name=f"{name}_e2")
+    m.d.comb += e2.eq(xa + xb - 300)
+    exact = round_to_fp32(m, prod, sign, e2, name=f"{name}_cvt")
+    out = Signal(32, name=f"{name}_out")
+    with m.If(is_nan(a) | is_nan(b) | (a_inf & b_zero) | (b_inf & a_zero)):
+        m.d.comb += out.eq(CANONICAL_NAN)
+    with m.Elif(a_inf | b_inf):
+        m.d.comb += out.eq(Cat(Const(POS_INF, 31), sign))
+    with m.Elif(prod == 0):
+        m.d.comb += out.eq(Cat(Const(0, 31), sign))
+    with m.Else():
+        m.d.comb += out.eq(exact)
+    return out
+
+
+def _order_key(x):
+    """A signed integer that orders non-NaN fp32 values as the reals do (-0 and +0 equal)."""
+    mag = Cat(x[0:31], Const(0, 1)).as_signed()  # 32-bit, non-negative
+    return Mux(x[31], -mag, mag)
+
+
+def _pick(m: Module, a, b, larger: bool, name: str):
+    ka, kb = Signal(signed(32), name=f"{name}_ka"), Signal(signed(32), name=f"{name}_kb")
+    m.d.comb += [ka.eq(_order_key(a)), kb.eq(_order_key(b))]
+    out = Signal(32, name=f"{name}_out")
+    a_wins = (ka > kb) if larger else (ka < kb)
+    b_wins = (kb > ka) if larger else (kb < ka)
+    # equal keys: the same value, or +0 and -0 (maximum takes +0, minimum -0)
+    tie = Mux(a[31] == (0 if larger else 1), a, b)
+    with m.If(is_nan(a) | is_nan(b)):
+        m.d.comb += out.eq(CANONICAL_NAN)
+    with m.Else():
+        m.d.comb += out.eq(Mux(a_wins, a, Mux(b_wins, b, tie)))
+    return out
+
+
+def fp32_max(m: Module, a, b, name: str = "max"):
+    """IEEE 754-2019 ``maximum``: NaN if either is NaN (canonical), +0 above -0."""
+    return _pick(m, a, b, True, name)
+
+
+def fp32_min(m: Module, a, b, name: str = "min"):
+    """IEEE 754-2019 ``minimum``: NaN if either is NaN (canonical), -0 below +0."""
+    return _pick(m, a, b, False, name)

@@ -1,0 +1,83 @@
+"""Reference for the vector unit's elementwise operations, from the spec in docs/numerics.md.
+
+Values travel as fp32 (or int32) *bit patterns* in ``uint32`` arrays, as they sit in the
+accumulator SRAM. Arithmetic is numpy float32, which is IEEE binary32 with round to nearest
+even and subnormals (numpy does not flush), so it is an implementation independent of the RTL;
+what IEEE leaves open is pinned down here the way the chip documents it:
+
+* every NaN result is the canonical quiet NaN ``0x7FC00000`` (numpy would keep a payload);
+* ``fmax`` / ``fmin`` are IEEE 754-2019 ``maximum`` / ``minimum``: NaN if either input is NaN,
+  and +0 is above -0 (numpy's ``maximum`` returns whichever zero comes first);
+* ``relu(x)`` is ``x`` for x > 0 or x = +0 and +0 for every negative x and for -0; NaN stays NaN;
+* ``i2f`` converts an int32 to the nearest fp32, ties to even.
+
+``b`` broadcasts against ``a`` the numpy way: the vector unit's per-word (``vec``), per-lane
+(one word for every word: ``lane``) and scalar (``scalar``) forms are all one call here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["VEC_OPS", "CANONICAL_NAN", "vector_op", "bits", "floats"]
+
+CANONICAL_NAN = 0x7FC00000
+VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu")  # the ops this reference knows
+
+
+def bits(x) -> np.ndarray:
+    """fp32 values as their uint32 bit patterns."""
+    return np.ascontiguousarray(np.asarray(x, np.float32)).view(np.uint32)
+
+
+def floats(b) -> np.ndarray:
+    """uint32 bit patterns as fp32 values."""
+    return np.ascontiguousarray(np.asarray(b, np.uint32)).view(np.float32)
+
+
+def _canon(r: np.ndarray) -> np.ndarray:
+    out = bits(r).copy()
+    out[np.isnan(r)] = CANONICAL_NAN
+    return out
+
+
+def _order(x: np.ndarray) -> np.ndarray:
+    """int64 keys that order non-NaN fp32 bit patterns as the reals (-0 == +0)."""
+    x = x.astype(np.int64)
+    mag = x & 0x7FFFFFFF
+    return np.where(x >> 31 != 0, -mag, mag)
+
+
+def _pick(a: np.ndarray, b: np.ndarray, larger: bool) -> np.ndarray:
+    ka, kb = _order(a), _order(b)
+    a_wins = ka > kb if larger else ka < kb
+    b_wins = kb > ka if larger else kb < ka
+    a_neg = (a >> 31) != 0
+    tie = np.where(a_neg != larger, a, b)  # maximum of +-0 is +0, minimum -0
+    out = np.where(a_wins, a, np.where(b_wins, b, tie)).astype(np.uint32)
+    nan = np.isnan(floats(a)) | np.isnan(floats(b))
+    out[nan] = CANONICAL_NAN
+    return out
+
+
+def vector_op(op: str, a, b=None) -> np.ndarray:
+    """``op`` over fp32 bit patterns ``a`` (and ``b``, broadcast against ``a``); uint32 result
+    of ``a``'s shape. ``i2f`` reads ``a`` as int32 and ignores ``b``."""
+    if op not in VEC_OPS:
+        raise ValueError(f"unknown vector op {op!r}; known: {', '.join(VEC_OPS)}")
+    a = np.asarray(a, np.uint32)
+    if op == "i2f":
+        return bits(a.view(np.int32).astype(np.float32))  # numpy converts with ties to even
+    if op == "relu":
+        out = np.where((a >> 31) != 0, np.uint32(0), a).astype(np.uint32)
+        out[np.isnan(floats(a))] = CANONICAL_NAN
+        return out
+    if b is None:
+        raise ValueError(f"vector op {op!r} takes a second operand b")
+    b = np.broadcast_to(np.asarray(b, np.uint32), a.shape)
+    if op in ("fmax", "fmin"):
+        return _pick(a, np.ascontiguousarray(b), op == "fmax")
+    fa, fb = floats(a), floats(np.ascontiguousarray(b))
+    with np.errstate(all="ignore"):
+        r = {"fadd": np.add, "fsub": np.subtract, "fmul": np.multiply}[op](fa, fb, dtype=np.float32)
+    return _canon(r)
