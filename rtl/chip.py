@@ -30,6 +30,7 @@ from .reduce import ReductionUnit
 from .revisions import Defect
 from .revisions import revision as lookup_revision
 from .trace import TraceBuffer
+from .vector import VectorUnit
 
 __all__ = ["Chip"]
 
@@ -163,6 +164,9 @@ class Chip(wiring.Component):
         m.submodules.cmdproc = ResetInserter(soft_rst)(cmdp)
         m.submodules.dma_load = ResetInserter(soft_rst)(dma_ld)
         m.submodules.dma_store = ResetInserter(soft_rst)(dma_st)
+        vu = VectorUnit(cfg, defects) if cfg.vector else None
+        if vu is not None:
+            m.submodules.vector = ResetInserter(soft_rst)(vu)
         # The trace buffer is debug state: a soft reset keeps what it recorded (trace.flush).
         m.submodules.trace = trace = TraceBuffer(cfg)
         # the AXI master port: reads from the load unit, writes from the store unit
@@ -263,7 +267,18 @@ class Chip(wiring.Component):
             reducer.dst.eq(cmdp.rd_dst),
             cmdp.rd_busy.eq(reducer.busy),
         ]
-        units_busy = engine.busy | reducer.busy | dma_ld.busy
+        if vu is not None:  # its own two read ports into ACC (a and b)
+            acc_rp_vu_a, acc_rp_vu_b = acc_mem.read_port(), acc_mem.read_port()
+            m.d.comb += [
+                acc_rp_vu_a.addr.eq(vu.acc_rd_addr), vu.acc_rd_data.eq(acc_rp_vu_a.data),
+                acc_rp_vu_b.addr.eq(vu.b_rd_addr), vu.b_rd_data.eq(acc_rp_vu_b.data),
+                vu.start.eq(cmdp.vu_start), vu.op.eq(cmdp.vu_op), vu.b_form.eq(cmdp.vu_b_form),
+                vu.a.eq(cmdp.vu_a), vu.b.eq(cmdp.vu_b), vu.count.eq(cmdp.vu_count), vu.dst.eq(cmdp.vu_dst),
+                cmdp.vu_busy.eq(vu.busy), cmdp.vu_done.eq(vu.finished),
+            ]
+        vu_busy = vu.busy if vu is not None else Const(0)
+        vu_wr_en = vu.acc_wr_en if vu is not None else Const(0)
+        units_busy = engine.busy | reducer.busy | dma_ld.busy | vu_busy
 
         # ---- trace buffer (rtl/trace.py): events from every unit; the window waits for its writes
         m.d.comb += [
@@ -322,17 +337,20 @@ class Chip(wiring.Component):
             with m.If(win_region_q == r):
                 m.d.comb += win_rdata.eq(rp.data.word_select(win_sub_q, 32) if len(rp.data) > 32 else rp.data)
 
-        # ACC write port: engine, then reducer, then the load DMA, then the window (only while
-        # the units are idle). The DMA holds its word (and the bus) while it loses.
+        # ACC write port: engine, then reducer, then the vector unit, then the load DMA, then the
+        # window (only while the units are idle). The DMA holds its word (and the bus) while it loses.
         acc_win_we = Signal()
         dma_wr = {n: dma_ld.wr_en & (dma_ld.wr_region == Region[n]) for n in LOAD_REGIONS}
-        m.d.comb += dma_ld.wr_ready.eq(~(dma_wr["ACC"] & (engine.acc_wr_en | reducer.acc_wr_en)))
+        m.d.comb += dma_ld.wr_ready.eq(~(dma_wr["ACC"] & (engine.acc_wr_en | reducer.acc_wr_en | vu_wr_en)))
         with m.If(engine.acc_wr_en):
             m.d.comb += [acc_wp.addr.eq(engine.acc_wr_addr), acc_wp.data.eq(engine.acc_wr_data),
                          acc_wp.en.eq(-1)]
         with m.Elif(reducer.acc_wr_en):
             m.d.comb += [acc_wp.addr.eq(reducer.acc_wr_addr), acc_wp.data.eq(reducer.acc_wr_data),
                          acc_wp.en.eq(-1)]
+        if vu is not None:
+            with m.Elif(vu_wr_en):
+                m.d.comb += [acc_wp.addr.eq(vu.acc_wr_addr), acc_wp.data.eq(vu.acc_wr_data), acc_wp.en.eq(-1)]
         with m.Elif(dma_wr["ACC"]):
             m.d.comb += [acc_wp.addr.eq(dma_ld.wr_addr), acc_wp.data.eq(dma_ld.wr_data[:cfg.acc_word_bits]),
                          acc_wp.en.eq(-1)]
@@ -434,6 +452,8 @@ class Chip(wiring.Component):
             "ENGINE_BUSY": engine.busy,
             "MACS": engine.feeding * (cfg.rows * cfg.cols),
             "REDUCE_BUSY": reducer.busy,
+            "VEC_BUSY": vu_busy,
+            "VEC_ELEMS": vu.elems if vu is not None else 0,
             "STALLS": cmdp.stall,
             "DMA_IN_BUSY": dma_ld.active,
             "DMA_OUT_BUSY": dma_st.active,
@@ -487,7 +507,7 @@ class Chip(wiring.Component):
         dma_ld, dma_st = env["dma_ld"], env["dma_st"]
         trace = env["trace"]
         status = _pack_fields(REG["STATUS"], busy=~cmdp.idle, engine_busy=engine.busy, reduce_busy=reducer.busy,
-                              err=cmdp.err_code != 0, idle=cmdp.idle, dma_in_busy=dma_ld.busy,
+                              vector_busy=env["vu_busy"], err=cmdp.err_code != 0, idle=cmdp.idle, dma_in_busy=dma_ld.busy,
                               dma_out_busy=dma_st.busy, fifo_level=cmdp.fifo_level)
         waits = _pack_fields(REG["WAITS"], exec_wait=cmdp.exec_waiting, exec_sem=cmdp.exec_wait_sem,
                              dma_in_wait=dma_ld.wait_req & ~dma_ld.wait_grant, dma_in_sem=dma_ld.wait_sem,

@@ -8,8 +8,9 @@ last clear is latched in ERR with the whole command, ERR_COUNT counts all of the
 goes on with the next command.
 
 Issue rules (in order, one command per cycle at most):
-NOP retires at once; MATMUL issues when the engine feed is free and the reduction unit is idle;
-REDUCE issues when both units are idle; FENCE retires when the engine and the reduction unit are
+NOP retires at once; MATMUL issues when the engine feed is free and the reduction and vector
+units are idle; REDUCE and VEC issue when the engine, the reduction unit and the vector unit are
+all idle (they share the accumulator SRAM's write port with it); FENCE retires when those three are
 idle (the DMA queues are ordered by semaphores, not by FENCE); DMA_LOAD / DMA_STORE go into their unit's queue (with the queue's current strides) when
 it has room; DMA_STRIDE retires at once. A command whose ``sync.wait`` is set issues only once
 its semaphore is above zero and takes one count; DMA commands wait at the head of their own
@@ -17,7 +18,7 @@ queue instead, so a waiting DMA never holds up the stream.
 
 The processor owns the semaphores (``SEMAPHORES`` counting semaphores of 16 bits): every unit
 signals the one its command names when that command has completed (MATMUL: its last row written;
-REDUCE: its result written; DMA: its last word landed; NOP/FENCE/DMA_STRIDE: at retire).
+REDUCE: its result written; VEC: its last word written; DMA: its last word landed; NOP/FENCE/DMA_STRIDE: at retire).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .board import BoardConfig
 from .config import ChipConfig
 from .csr_map import SEMAPHORES
 from .dma import DMA_ENTRY, LOAD_REGIONS, word_bytes
-from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp
+from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp, VecB, VecOp
 from .memories import MEM, Region
 from .faults import FaultKind
 from .revisions import Defect
@@ -98,6 +99,16 @@ class CommandProcessor(wiring.Component):
                 "rd_dst": Out(16),
                 "rd_busy": In(1),
                 "rd_done": In(1),  # the reduction unit wrote its result
+                # vector unit (absent on a chip built without it: VEC is then BAD_VEC_OP)
+                "vu_start": Out(1),
+                "vu_op": Out(4),
+                "vu_b_form": Out(2),
+                "vu_a": Out(16),
+                "vu_b": Out(16),
+                "vu_count": Out(16),
+                "vu_dst": Out(16),
+                "vu_busy": In(1),
+                "vu_done": In(1),  # the vector unit wrote its last word
                 # DMA queues (rtl/dma.py): push, and their semaphore handshakes
                 **{f"{u}_{n}": sig for u in ("ld", "st") for n, sig in (
                     ("push", Out(1)), ("entry", Out(DMA_ENTRY)), ("room", In(1)), ("busy", In(1)),
@@ -149,19 +160,21 @@ class CommandProcessor(wiring.Component):
         err = Signal(8)
         op = cmd.opcode
         k = cmd.length
-        mm_flags, rd_flags, scales = cmd.flags.matmul, cmd.flags.reduce, cmd.arg3.scales
+        mm_flags, rd_flags, vu_flags, scales = cmd.flags.matmul, cmd.flags.reduce, cmd.flags.vec, cmd.arg3.scales
         fmt_code = mm_flags.fmt
         nblocks = (k + BLOCK - 1) >> 5
         is_dma = (op == Opcode.DMA_LOAD) | (op == Opcode.DMA_STORE)
+        is_vec = op == Opcode.VEC
         known = ((op == Opcode.MATMUL) | (op == Opcode.REDUCE) | (op == Opcode.NOP) | (op == Opcode.FENCE) | is_dma
-                 | (op == Opcode.DMA_STRIDE))
+                 | (op == Opcode.DMA_STRIDE) | is_vec)
         arg3_set = cmd.arg3.bits != 0
         dma_flags, stride_flags = cmd.flags.dma, cmd.flags.stride
         reserved = Mux(op == Opcode.MATMUL, (mm_flags.reserved != 0) | ((fmt_code == Format.INT8) & arg3_set),
                    Mux(op == Opcode.REDUCE, (rd_flags.reserved != 0) | arg3_set,
+                   Mux(is_vec, (vu_flags.reserved != 0) | arg3_set,
                    Mux(is_dma, dma_flags.reserved != 0,
                    Mux(op == Opcode.DMA_STRIDE, (stride_flags.reserved != 0) | (k != 0) | (cmd.arg1 != 0),
-                       (cmd.flags.bits != 0) | arg3_set))))
+                       (cmd.flags.bits != 0) | arg3_set)))))
 
         # DMA descriptors: the strides of the command's queue (set by earlier DMA_STRIDEs).
         strides = {dq: (Signal(16, name=f"{dq.name.lower()}_sram_stride"),
@@ -214,6 +227,17 @@ class CommandProcessor(wiring.Component):
                 m.d.comb += err.eq(ErrCode.SRC_RANGE)
             with m.Elif(cmd.arg2 >= cfg.acc_depth):
                 m.d.comb += err.eq(ErrCode.DST_RANGE)
+        with m.Elif(is_vec):
+            b_vector = vu_flags.b == VecB.VECTOR
+            with m.If(~Const(int(cfg.vector), 1) | (vu_flags.op > max(VecOp)) | (vu_flags.b > max(VecB))):
+                m.d.comb += err.eq(ErrCode.BAD_VEC_OP)
+            with m.Elif(k == 0):
+                m.d.comb += err.eq(ErrCode.BAD_LENGTH)
+            with m.Elif((cmd.arg0 + k > cfg.acc_depth) | Mux(b_vector, cmd.arg1 + k > cfg.acc_depth,
+                                                              cmd.arg1 >= cfg.acc_depth)):
+                m.d.comb += err.eq(ErrCode.SRC_RANGE)
+            with m.Elif(cmd.arg2 + k > cfg.acc_depth):
+                m.d.comb += err.eq(ErrCode.DST_RANGE)
         with m.Elif(is_dma):
             with m.If(~region_ok):
                 m.d.comb += err.eq(ErrCode.DMA_REGION)
@@ -229,7 +253,7 @@ class CommandProcessor(wiring.Component):
         # ---- issue ----------------------------------------------------------------------
         retire = Signal()
         drop = Signal()
-        units_idle = ~self.mm_busy & ~self.rd_busy
+        units_idle = ~self.mm_busy & ~self.rd_busy & ~self.vu_busy
         all_idle = units_idle & ~self.ld_busy & ~self.st_busy
 
         # ---- semaphores ---------------------------------------------------------------------
@@ -258,12 +282,15 @@ class CommandProcessor(wiring.Component):
         ]
         exec_sig = Signal()  # NOP / FENCE / DMA_STRIDE signal at retire
         rd_sig, rd_sig_sem = Signal(2), Signal(6)
+        vu_sig, vu_sig_sem = Signal(2), Signal(6)
         mm_sem = [self.mm_done_sem[0:3], self.mm_done_sem[3:6]]
         rd_sem = [rd_sig_sem[0:3], rd_sig_sem[3:6]]
+        vu_sem = [vu_sig_sem[0:3], vu_sig_sem[3:6]]
         for i, c in enumerate(counts):
             inc = ((exec_sig & sync.signal & (sync.signal_sem == i)) + (exec_sig & sync.signal2 & (sync.signal2_sem == i))
                    + (self.mm_done_sig[0] & (mm_sem[0] == i)) + (self.mm_done_sig[1] & (mm_sem[1] == i))
                    + (rd_sig[0] & self.rd_done & (rd_sem[0] == i)) + (rd_sig[1] & self.rd_done & (rd_sem[1] == i))
+                   + (vu_sig[0] & self.vu_done & (vu_sem[0] == i)) + (vu_sig[1] & self.vu_done & (vu_sem[1] == i))
                    + (self.ld_signal & (self.ld_signal_sem == i)) + (self.ld_signal2 & (self.ld_signal2_sem == i))
                    + (self.st_signal & (self.st_signal_sem == i)) + (self.st_signal2 & (self.st_signal2_sem == i)))
             dec = ((exec_take & (sync.wait_sem == i)) + (self.ld_wait_grant & (self.ld_wait_sem == i))
@@ -273,6 +300,8 @@ class CommandProcessor(wiring.Component):
         both_sem = Cat(sync.signal_sem, sync.signal2_sem)
         with m.If(self.rd_start):
             m.d.sync += [rd_sig.eq(both_sig), rd_sig_sem.eq(both_sem)]
+        with m.If(self.vu_start):
+            m.d.sync += [vu_sig.eq(both_sig), vu_sig_sem.eq(both_sem)]
         m.d.comb += [self.mm_sig.eq(both_sig), self.mm_sig_sem.eq(both_sem)]
 
         # ---- DMA entries: the command plus its queue's strides ----------------------------------
@@ -294,6 +323,12 @@ class CommandProcessor(wiring.Component):
             self.rd_src.eq(cmd.arg0),
             self.rd_count.eq(k),
             self.rd_dst.eq(cmd.arg2),
+            self.vu_op.eq(vu_flags.op),
+            self.vu_b_form.eq(vu_flags.b),
+            self.vu_a.eq(cmd.arg0),
+            self.vu_b.eq(cmd.arg1),
+            self.vu_count.eq(k),
+            self.vu_dst.eq(cmd.arg2),
         ]
         with m.If(q.r_rdy):
             with m.If(err != 0):
@@ -309,16 +344,18 @@ class CommandProcessor(wiring.Component):
             with m.Elif(op == Opcode.FENCE):
                 m.d.comb += [exec_ready.eq(units_idle), retire.eq(units_idle & wait_ok), exec_sig.eq(retire)]
             with m.Elif(op == Opcode.MATMUL):
-                m.d.comb += exec_ready.eq(self.mm_feed_ready & ~self.rd_busy)
+                m.d.comb += exec_ready.eq(self.mm_feed_ready & ~self.rd_busy & ~self.vu_busy)
                 m.d.comb += retire.eq(exec_ready & wait_ok)
                 m.d.comb += self.mm_start.eq(retire)
             with m.Elif(op == Opcode.REDUCE):
                 if Defect.REDUCE_ISSUES_BEFORE_DRAIN in self.defects:
-                    m.d.comb += exec_ready.eq(self.mm_feed_ready & ~self.rd_busy)
+                    m.d.comb += exec_ready.eq(self.mm_feed_ready & ~self.rd_busy & ~self.vu_busy)
                 else:
                     m.d.comb += exec_ready.eq(units_idle)
                 m.d.comb += retire.eq(exec_ready & wait_ok)
                 m.d.comb += self.rd_start.eq(retire)
+            with m.Elif(is_vec):
+                m.d.comb += [exec_ready.eq(units_idle), retire.eq(units_idle & wait_ok), self.vu_start.eq(retire)]
             with m.Elif(op == Opcode.DMA_LOAD):
                 m.d.comb += [retire.eq(self.ld_room), self.ld_push.eq(retire)]
             with m.Elif(op == Opcode.DMA_STORE):

@@ -48,6 +48,9 @@ class ChipConfig:
     formats : tuple of str
         MATMUL operand formats the engine is built with (``int8`` always; ``e4m3``, ``e5m2``,
         ``e2m1``). The FP path costs simulation speed: an int8-only chip simulates ~3.5x faster.
+    vector : bool
+        Build the vector unit (rtl/vector.py: VEC commands, LANES fp32 lanes). A chip without it
+        rejects VEC with ERR BAD_VEC_OP; it simulates faster (a test that needs only some chip).
     """
 
     rows: int = 4
@@ -58,6 +61,7 @@ class ChipConfig:
     cmd_fifo_depth: int = 16
     cmdq_depth: int = 1024
     formats: tuple[str, ...] = FORMAT_NAMES
+    vector: bool = True
 
     def __post_init__(self) -> None:
         for name in ("rows", "cols"):
@@ -95,6 +99,8 @@ class ChipConfig:
         if self.has_fp and self.operand_depth < 64:
             raise ValueError(f"operand_depth must be >= 64 on a chip with FP formats (one 32-step block plus the "
                              f"words errata mitigations reserve), not {self.operand_depth}; or build int8-only")
+        if not isinstance(self.vector, bool):
+            raise ValueError(f"vector must be True or False, not {self.vector!r}")
         if self.acc_depth < self.rows:
             raise ValueError(f"acc_depth ({self.acc_depth}) must hold one C tile ({self.rows} words)")
 
@@ -165,6 +171,7 @@ class ChipConfig:
             "cmd_fifo_depth": self.cmd_fifo_depth,
             "cmdq_depth": self.cmdq_depth,
             "formats": list(self.formats),
+            "vector": self.vector,
         }
 
     def caps(self) -> dict[str, int]:
@@ -172,7 +179,8 @@ class ChipConfig:
         from .csr_map import REG
 
         return {
-            "CAPS0": REG["CAPS0"].pack(rows=self.rows, cols=self.cols, lanes=self.lanes, formats=self.formats_mask),
+            "CAPS0": REG["CAPS0"].pack(rows=self.rows, cols=self.cols, lanes=self.lanes, formats=self.formats_mask,
+                                       vector=int(self.vector)),
             "CAPS1": REG["CAPS1"].pack(log2_operand_depth=log2(self.operand_depth), log2_acc_depth=log2(self.acc_depth),
                                        cmd_fifo_depth=self.cmd_fifo_depth, log2_cmdq_depth=log2(self.cmdq_depth)),
         }
@@ -184,7 +192,7 @@ class ChipConfig:
 
         f0, f1 = REG["CAPS0"].unpack(caps0), REG["CAPS1"].unpack(caps1)
         return cls(
-            formats=tuple(n for b, n in enumerate(FORMAT_NAMES) if f0["formats"] >> b & 1),
+            formats=tuple(n for b, n in enumerate(FORMAT_NAMES) if f0["formats"] >> b & 1), vector=bool(f0["vector"]),
             rows=f0["rows"], cols=f0["cols"], lanes=f0["lanes"],
             operand_depth=1 << f1["log2_operand_depth"], acc_depth=1 << f1["log2_acc_depth"],
             cmd_fifo_depth=f1["cmd_fifo_depth"], cmdq_depth=1 << f1["log2_cmdq_depth"],

@@ -88,7 +88,10 @@ PERF_COUNTERS = ("CYCLES", "ENGINE_BUSY", "MACS", "REDUCE_BUSY", "STALLS",
                  # AXI transaction outstanding, cycles each unit waited on a semaphore, and cycles where
                  # a DMA and the matrix engine were busy together
                  "DMA_IN_BUSY", "DMA_OUT_BUSY", "DRAM_RD_BYTES", "DRAM_WR_BYTES", "DRAM_BUSY",
-                 "WAIT_EXEC", "WAIT_DMA_IN", "WAIT_DMA_OUT", "DMA_ENGINE_OVERLAP")
+                 "WAIT_EXEC", "WAIT_DMA_IN", "WAIT_DMA_OUT", "DMA_ENGINE_OVERLAP",
+                 # the vector unit: cycles busy, and lanes written
+                 "VEC_BUSY", "VEC_ELEMS")
+_PERF_BEFORE_TRACE = 14  # counters declared before the trace block (their REG_INDEX predates it)
 SEMAPHORES = 8  # counting semaphores of the command stream (rtl/isa.py SYNC)
 UNITS_THAT_WAIT = ("exec", "dma_in", "dma_out")  # where a command waits on its semaphore
 
@@ -99,7 +102,8 @@ _regs = [
     Register(
         "CAPS0", 0x02, RO, None, "Array geometry.",
         (Field("rows", 0, 8), Field("cols", 8, 8), Field("lanes", 16, 8),
-         Field("formats", 24, 8, "bit per Format: 0 INT8, 1 E4M3, 2 E5M2, 3 E2M1")),
+         Field("formats", 24, 4, "bit per Format: 0 INT8, 1 E4M3, 2 E5M2, 3 E2M1"),
+         Field("vector", 28, 1, "the vector unit is built (VEC commands)")),
     ),
     Register(
         "CAPS1", 0x03, RO, None, "Memory sizes (log2 of words) and FIFO depth.",
@@ -110,6 +114,7 @@ _regs = [
         "STATUS", 0x04, RO, 0x10, "Live state.",
         (Field("busy", 0, 1), Field("engine_busy", 1, 1), Field("reduce_busy", 2, 1),
          Field("err", 3, 1), Field("idle", 4, 1), Field("dma_in_busy", 5, 1), Field("dma_out_busy", 6, 1),
+         Field("vector_busy", 7, 1),
          Field("fifo_level", 8, 9)),
         volatile=True,
     ),
@@ -151,12 +156,21 @@ _regs = [
     Register("IRQ_STATUS", 0x12, W1C, 0x00, "Sticky interrupt causes.",
              (Field("done", 0, 1, "the chip went idle"), Field("err", 1, 1, "a command faulted"))),
 ]
-for _i, _name in enumerate(PERF_COUNTERS):
-    _regs.append(Register(f"{_name}_LO", 0x20 + 2 * _i, RO, None,
-                          f"Perf counter {_name}, low word; reading it latches the high word.", volatile=True))
-    _regs.append(Register(f"{_name}_HI", 0x21 + 2 * _i, RO, None,
-                          f"Perf counter {_name}, high word as latched by the last read of {_name}_LO.",
-                          volatile=True))
+
+
+def _perf_registers(first: int, last: int) -> list[Register]:
+    out = []
+    for i in range(first, last):
+        name = PERF_COUNTERS[i]
+        out.append(Register(f"{name}_LO", 0x20 + 2 * i, RO, None,
+                            f"Perf counter {name}, low word; reading it latches the high word.", volatile=True))
+        out.append(Register(f"{name}_HI", 0x21 + 2 * i, RO, None,
+                            f"Perf counter {name}, high word as latched by the last read of {name}_LO.",
+                            volatile=True))
+    return out
+
+
+_regs += _perf_registers(0, _PERF_BEFORE_TRACE)
 
 # The trace buffer (rtl/trace.py, docs/chip.md "Trace buffer"): a block of its own at 0x80, clear of
 # the perf counters' run upwards from 0x20. Appended last so that every older register keeps its
@@ -176,6 +190,8 @@ _regs += [
     Register("TRACE_DROPPED", 0x82, RO, 0x00, "Trace events dropped since the last TRACE_CTRL.clear (saturates); "
              "CTRL.load_counters loads it.", volatile=True),
 ]
+# Counters added after the trace block: the same address run (0x20 + 2 * index), later REG_INDEX.
+_regs += _perf_registers(_PERF_BEFORE_TRACE, len(PERF_COUNTERS))
 
 REGISTERS: tuple[Register, ...] = tuple(_regs)
 REG: dict[str, Register] = {r.name: r for r in REGISTERS}

@@ -5,7 +5,7 @@ Amaranth ``StructLayout`` whose ``flags`` and ``arg3`` are nested layouts (union
 opcodes that give them a meaning). The RTL views FIFO entries through it; :func:`pack_command`
 packs Python values with the same field offsets and :func:`decode` unpacks them, so the two
 sides cannot drift apart. Software builds commands with the constructors :func:`matmul`,
-:func:`reduce`, :func:`fence`, :func:`nop`, :func:`dma_load`, :func:`dma_store` and
+:func:`reduce`, :func:`vec`, :func:`fence`, :func:`nop`, :func:`dma_load`, :func:`dma_store` and
 :func:`dma_stride` (each takes ``wait=``/``signal=`` semaphores); :func:`pack_command` is for raw (and
 deliberately bad) commands.
 """
@@ -23,9 +23,9 @@ np_integer = numbers.Integral  # kernels pass numpy integers too
 
 __all__ = [
     "COMMAND_LAYOUT", "COMMAND_BITS", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
-    "Opcode", "ReduceOp", "ErrCode", "Format",
+    "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VEC_FLAGS",
     "pack_command", "unpack_command", "decode", "opcode_of", "with_opcode", "field_of_bit",
-    "matmul", "reduce", "fence", "nop", "dma_load", "dma_store", "dma_stride", "sync_of", "with_sync",
+    "matmul", "reduce", "vec", "fence", "nop", "dma_load", "dma_store", "dma_stride", "sync_of", "with_sync",
     "DMA_FLAGS", "STRIDE_FLAGS", "SYNC", "DmaQueue", "SEMAPHORES",
 ]
 
@@ -37,6 +37,7 @@ class Opcode(enum.IntEnum):
     FENCE = 0x01  # retires once every unit is idle
     MATMUL = 0x10
     REDUCE = 0x20
+    VEC = 0x40  # the vector unit: one elementwise op over accumulator words (rtl/vector.py)
     DMA_LOAD = 0x30  # DRAM -> an SRAM (A, B, ACC, SA, SB), 2D
     DMA_STORE = 0x31  # ACC -> DRAM, 2D
     DMA_STRIDE = 0x32  # set the strides later DMAs of one queue use (taken in stream order)
@@ -55,6 +56,26 @@ class ReduceOp(enum.IntEnum):
     SUM = 0  # wraps modulo 2**32
     MAX = 1
     MIN = 2
+
+
+class VecOp(enum.IntEnum):
+    """Vector-unit operations on fp32 (``I2F``: int32) accumulator lanes (docs/numerics.md)."""
+
+    FADD = 0
+    FSUB = 1  # a - b
+    FMUL = 2
+    FMAX = 3  # IEEE 754-2019 maximum: NaN if either is NaN, +0 above -0
+    FMIN = 4
+    I2F = 5  # int32 -> fp32, ties to even (b unused)
+    RELU = 6  # max(x, +0) with -0 -> +0, NaN stays NaN (b unused)
+
+
+class VecB(enum.IntEnum):
+    """Where a VEC command's second operand comes from."""
+
+    VECTOR = 0  # word b + i for word a + i
+    LANE = 1  # word b for every word: one value per lane (per column: a bias)
+    SCALAR = 2  # lane 0 of word b for every lane of every word (per row: a row's max)
 
 
 class ErrCode(enum.IntEnum):
@@ -77,6 +98,7 @@ class ErrCode(enum.IntEnum):
     DMA_SRAM_RANGE = 14  # the descriptor's last SRAM word is beyond its SRAM
     DMA_DRAM_RANGE = 15  # the descriptor's last DRAM byte is beyond the DRAM
     DMA_ALIGN = 16  # DRAM address or DRAM stride not a multiple of the bus width
+    BAD_VEC_OP = 17  # VEC op or operand-b form this chip does not have, or a VEC on a chip without the unit
 
 
 class DmaQueue(enum.IntEnum):
@@ -90,8 +112,9 @@ MATMUL_FLAGS = data.StructLayout({"accumulate": 1, "fmt": 3, "reserved": 4})  # 
 REDUCE_FLAGS = data.StructLayout({"op": 2, "reserved": 6})  # op: ReduceOp
 DMA_FLAGS = data.StructLayout({"region": 3, "reserved": 5})  # region: rtl.memories.Region of the SRAM side
 STRIDE_FLAGS = data.StructLayout({"queue": 1, "reserved": 7})  # queue: DmaQueue
+VEC_FLAGS = data.StructLayout({"op": 4, "b": 2, "reserved": 2})  # op: VecOp; b: VecB
 FLAGS = data.UnionLayout({"matmul": MATMUL_FLAGS, "reduce": REDUCE_FLAGS, "dma": DMA_FLAGS, "stride": STRIDE_FLAGS,
-                          "bits": 8})
+                          "vec": VEC_FLAGS, "bits": 8})
 # Every command may wait on one counting semaphore before it starts (taking one count) and signal
 # up to two when it has completed (docs/chip.md, "Synchronisation"). Two, because a MATMUL that
 # ends both an operand buffer's use and a C tile tells two different consumers.
@@ -103,10 +126,10 @@ COMMAND_LAYOUT = data.StructLayout(
     {
         "opcode": 8,  # Opcode
         "flags": FLAGS,
-        "length": 16,  # MATMUL: K; REDUCE: count of accumulator words
-        "arg0": 16,  # MATMUL: A word address; REDUCE: source accumulator word; DMA: SRAM word; STRIDE: SRAM stride
-        "arg1": 16,  # MATMUL: B word address; DMA: rows
-        "arg2": 16,  # MATMUL: C (accumulator) word address; REDUCE: destination word; DMA: DRAM byte address [15:0]
+        "length": 16,  # MATMUL: K; REDUCE, VEC: count of accumulator words
+        "arg0": 16,  # MATMUL: A word address; REDUCE: source accumulator word; VEC: a; DMA: SRAM word; STRIDE: SRAM stride
+        "arg1": 16,  # MATMUL: B word address; VEC: b; DMA: rows
+        "arg2": 16,  # MATMUL: C (accumulator) word address; REDUCE, VEC: destination word; DMA: DRAM byte address [15:0]
         "arg3": ARG3,  # FP MATMUL: scale words; DMA: DRAM byte address [31:16]; must be zero otherwise
         "sync": SYNC,  # semaphore wait / signal
         "tag": 20,  # free for software: lands in ERR_CMD3 when the command faults, and in the trace
@@ -209,6 +232,8 @@ def decode(cmd: int) -> dict:
         top["arg3"] = _unpack(SCALE_WORDS, top["arg3"])
     elif op == Opcode.REDUCE:
         top["flags"] = _unpack(REDUCE_FLAGS, top["flags"])
+    elif op == Opcode.VEC:
+        top["flags"] = _unpack(VEC_FLAGS, top["flags"])
     elif op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
         top["flags"] = _unpack(DMA_FLAGS, top["flags"])
         top["dram"] = top["arg2"] | top["arg3"] << 16
@@ -279,6 +304,16 @@ def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0, wait: 
     """REDUCE: ``count`` accumulator words from ``src`` to one int32 in lane 0 of word ``dst``."""
     return pack_command(Opcode.REDUCE, flags={"reduce": {"op": int(ReduceOp(op))}}, length=count, arg0=src,
                         arg2=dst, tag=tag, sync=_sync_bits(wait, signal))
+
+
+def vec(op: VecOp, *, a: int, count: int, dst: int, b: int = 0, b_form: VecB = VecB.VECTOR, tag: int = 0,
+        wait: int | None = None, signal: int | None = None, signal2: int | None = None) -> int:
+    """VEC: ``count`` accumulator words from ``a`` through ``op`` (with ``b`` read as ``b_form``
+    says) into ``count`` words from ``dst``. ``dst`` may equal ``a`` (in place), and a broadcast
+    ``b`` (LANE, SCALAR: read once, first) may lie in the destination; otherwise the destination
+    must not overlap the sources."""
+    return pack_command(Opcode.VEC, flags={"vec": {"op": int(VecOp(op)), "b": int(VecB(b_form))}}, length=count,
+                        arg0=a, arg1=b, arg2=dst, tag=tag, sync=_sync_bits(wait, signal, signal2))
 
 
 def fence(tag: int = 0, *, wait: int | None = None, signal: int | None = None) -> int:

@@ -1064,6 +1064,15 @@ BAD_COMMANDS = {
     "reduce_dst_range": (pack_command(Opcode.REDUCE, length=1, arg2=_D, tag=11), ErrCode.DST_RANGE),
     "nop_arg3": (pack_command(Opcode.NOP, arg3=1, tag=12), ErrCode.RESERVED_NONZERO),
     "matmul_arg3": (pack_command(Opcode.MATMUL, length=1, arg3=0x8000, tag=13), ErrCode.RESERVED_NONZERO),
+    "vec_op7": (pack_command(Opcode.VEC, flags=7, length=1, tag=14), ErrCode.BAD_VEC_OP),
+    "vec_b_form3": (pack_command(Opcode.VEC, flags=3 << 4, length=1, tag=15), ErrCode.BAD_VEC_OP),
+    "vec_k0": (pack_command(Opcode.VEC, length=0, tag=16), ErrCode.BAD_LENGTH),
+    "vec_a_range": (pack_command(Opcode.VEC, length=2, arg0=_D - 1, tag=17), ErrCode.SRC_RANGE),
+    "vec_b_range": (pack_command(Opcode.VEC, length=2, arg1=_D - 1, tag=18), ErrCode.SRC_RANGE),
+    "vec_b_scalar_range": (pack_command(Opcode.VEC, flags=2 << 4, length=2, arg1=_D, tag=19), ErrCode.SRC_RANGE),
+    "vec_dst_range": (pack_command(Opcode.VEC, length=2, arg2=_D - 1, tag=20), ErrCode.DST_RANGE),
+    "vec_reserved": (pack_command(Opcode.VEC, flags=1 << 6, length=1, tag=21), ErrCode.RESERVED_NONZERO),
+    "vec_arg3": (pack_command(Opcode.VEC, length=1, arg3=1, tag=22), ErrCode.RESERVED_NONZERO),
 }
 GOOD_BOUNDARY_COMMANDS = {
     "matmul_a_top": pack_command(Opcode.MATMUL, length=3, arg0=_D - 3),
@@ -1073,6 +1082,8 @@ GOOD_BOUNDARY_COMMANDS = {
     "reduce_src_top": pack_command(Opcode.REDUCE, flags=ReduceOp.MIN, length=2, arg0=_D - 2),
     "reduce_whole": pack_command(Opcode.REDUCE, flags=ReduceOp.MAX, length=_D, arg2=_D - 1),
     "fence": pack_command(Opcode.FENCE),
+    "vec_top": pack_command(Opcode.VEC, length=2, arg0=_D - 2, arg1=_D - 2, arg2=_D - 2),
+    "vec_scalar_b_top": pack_command(Opcode.VEC, flags=2 << 4, length=_D, arg1=_D - 1),
 }
 
 
@@ -1365,3 +1376,41 @@ def test_chip_idle_pin_after_doorbell(kind):
     elif kind == "reduce":
         exp[5] = [int(reduce_rows(np.ascontiguousarray(acc0.reshape(1, -1)), "sum")[0]), 0]
     np.testing.assert_array_equal(out["acc"], exp, err_msg=f"{kind}: results not final when the idle pin rose")
+
+
+# ---- the vector unit through the command processor ------------------------------------------
+
+def test_chip_vec_runs_signals_and_counts():
+    """A VEC from the ring: result in ACC equal to the golden, its semaphore signalled, VEC_BUSY
+    and VEC_ELEMS counted; a chip built without the unit rejects the same command."""
+    from golden.vector import vector_op
+    from rtl.isa import VecB, VecOp, nop, vec
+
+    cfg = small_cfg(2, 2)
+    rng = np.random.default_rng([case_seed("chip_vec"), 1])
+    acc = rng.standard_normal((8, cfg.lanes)).astype(np.float32)
+    acc_bits = acc.view(np.uint32)
+    cmds = [vec(VecOp.FMUL, a=0, b=4, count=4, dst=8, signal=3), nop(wait=3)]
+
+    async def body(ctx, dut, out):
+        await write_words(ctx, dut, Region.ACC, 0, [sum(int(v) << (32 * j) for j, v in enumerate(row))
+                                                    for row in acc_bits])
+        await submit(ctx, dut, cmds)
+        await wait_idle(ctx, dut, "chip_vec")
+        out["c"] = await read_acc_rows(ctx, dut, 8, 4)
+        for reg in ("ERR", "DONE_COUNT", "VEC_BUSY_LO", "VEC_ELEMS_LO"):
+            out[reg] = await csr(ctx, dut, reg)
+
+    out = run_chip(cfg, body)
+    want = vector_op("fmul", acc_bits[0:4], acc_bits[4:8])
+    got = np.array(out["c"], np.int64).astype(np.uint32)
+    np.testing.assert_array_equal(got, want, err_msg="VEC FMUL through the ring")
+    assert (out["ERR"], out["DONE_COUNT"]) == (0, 2), out
+    assert out["VEC_BUSY_LO"] == 4 + 2 and out["VEC_ELEMS_LO"] == 4 * cfg.lanes, out
+
+    async def rejected(ctx, dut, out):
+        await submit(ctx, dut, [cmds[0]])
+        await wait_idle(ctx, dut, "chip_vec_absent")
+        out["ERR"] = await csr(ctx, dut, "ERR")
+
+    assert run_chip(small_cfg(2, 2, vector=False), rejected)["ERR"] == ErrCode.BAD_VEC_OP
