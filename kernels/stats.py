@@ -47,6 +47,8 @@ class KernelStats:
     chunks: list[int] = field(default_factory=list)  # FP GEMMs: K of each MATMUL, for the golden
     recipe: str | None = None  # low-precision GEMMs
     notes: list[str] = field(default_factory=list)
+    vector_busy_cycles: int | None = None  # VEC_BUSY
+    vector_elems: int | None = None  # VEC_ELEMS: lanes the vector unit wrote
     # errata, from workarounds.Mitigations.report
     mitigations: list[str] = field(default_factory=list)
     errata_status: dict[str, str] = field(default_factory=dict)
@@ -133,6 +135,8 @@ class Measure:
             wait_cycles={"stream": d["WAIT_EXEC"], "dma_in": d["WAIT_DMA_IN"], "dma_out": d["WAIT_DMA_OUT"]},
             dma_engine_overlap_cycles=d["DMA_ENGINE_OVERLAP"],
             dram=self.dev.board.as_dict(),
+            vector_busy_cycles=d["VEC_BUSY"],
+            vector_elems=d["VEC_ELEMS"],
             **self.extra,
         )
         if self.useful_macs is not None:
@@ -141,7 +145,7 @@ class Measure:
             macs = self.useful_macs if self.useful_macs is not None else self.extra.get("useful_macs", 0)
             terms = roofline_terms(cfg, self.dev.board, useful_macs=macs, compulsory_bytes=self.compulsory_bytes,
                                    moved_bytes=d["DRAM_RD_BYTES"] + d["DRAM_WR_BYTES"], cycles=d["CYCLES"],
-                                   engine_busy=d["ENGINE_BUSY"] + d["REDUCE_BUSY"],
+                                   engine_busy=d["ENGINE_BUSY"] + d["REDUCE_BUSY"] + d["VEC_BUSY"],
                                    # DMA busy: either direction (DRAM_BUSY: an AXI transaction in flight)
                                    dma_busy=max(d["DMA_IN_BUSY"], d["DMA_OUT_BUSY"], d["DRAM_BUSY"]),
                                    compute_cycles=self.compute_cycles)

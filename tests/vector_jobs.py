@@ -1,0 +1,46 @@
+"""Jobs for tests/test_vector_sim.py: the vector unit's elementwise kernel on the simulated chip.
+
+The job only runs the kernel and hands back the chip's bits with the inputs it made from the
+seed; the test compares them with golden/vector.py on the host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.vector import elementwise
+from workarounds import attach
+
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, 3.4028235e38, -3.4028235e38,
+                     1.0, -1.0], np.float32)
+
+
+def case_inputs(seed: int, op: str, broadcast: str, shape: tuple[int, int]):
+    """The inputs of one case: normal values with specials sprinkled in (a function of the seed)."""
+    rng = np.random.default_rng([seed, len(op), shape[0], shape[1], ("none", "row", "col").index(broadcast)])
+    rows, cols = shape
+    if op == "i2f":
+        a = rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
+        a.flat[:4] = [2**24 + 1, -(2**24 + 3), -2**31, 2**31 - 1][:a.size]
+        return a, None
+    a = (rng.standard_normal(shape) * 10).astype(np.float32)
+    a.flat[::7] = rng.choice(SPECIALS, size=a.flat[::7].shape)
+    if op == "relu":
+        return a, None
+    bshape = {"none": shape, "row": (rows,), "col": (cols,)}[broadcast]
+    b = (rng.standard_normal(bshape) * 10).astype(np.float32)
+    b.flat[::5] = rng.choice(SPECIALS, size=b.flat[::5].shape)
+    return a, b
+
+
+async def elementwise_job(dev, emit, seed: int, cases: list) -> list[dict]:
+    """Each case (op, broadcast, rows, cols): the result bits and the kernel's stats."""
+    mit = attach(dev, warn=False)
+    out = []
+    for op, broadcast, rows, cols in cases:
+        a, b = case_inputs(seed, op, broadcast, (rows, cols))
+        got, stats = await elementwise(dev, op, a, b, broadcast=broadcast, mitigations=mit)
+        out.append({"case": [op, broadcast, rows, cols], "bits": got.view(np.uint32).ravel().tolist(),
+                    "cycles": stats.cycles, "vector_busy": stats.vector_busy_cycles,
+                    "vector_elems": stats.vector_elems, "chunks": stats.host["chunks"]})
+    return out
