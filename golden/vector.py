@@ -9,7 +9,8 @@ what IEEE leaves open is pinned down here the way the chip documents it:
 * ``fmax`` / ``fmin`` are IEEE 754-2019 ``maximum`` / ``minimum``: NaN if either input is NaN,
   and +0 is above -0 (numpy's ``maximum`` returns whichever zero comes first);
 * ``relu(x)`` is ``x`` for x > 0 or x = +0 and +0 for every negative x and for -0; NaN stays NaN;
-* ``i2f`` converts an int32 to the nearest fp32, ties to even.
+* ``i2f`` converts an int32 to the nearest fp32, ties to even;
+* ``exp`` is golden/special.py's fixed-point algorithm (not numpy's exp).
 
 ``b`` broadcasts against ``a`` the numpy way: the vector unit's per-word (``vec``), per-lane
 (one word for every word: ``lane``) and scalar (``scalar``) forms are all one call here.
@@ -19,10 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["VEC_OPS", "CANONICAL_NAN", "vector_op", "bits", "floats"]
+from .special import exp_bits
+
+__all__ = ["VEC_OPS", "UNARY_OPS", "CANONICAL_NAN", "vector_op", "bits", "floats"]
 
 CANONICAL_NAN = 0x7FC00000
-VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu")  # the ops this reference knows
+VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp")  # the ops this reference knows
+UNARY_OPS = ("i2f", "relu", "exp")
 
 
 def bits(x) -> np.ndarray:
@@ -62,12 +66,14 @@ def _pick(a: np.ndarray, b: np.ndarray, larger: bool) -> np.ndarray:
 
 def vector_op(op: str, a, b=None) -> np.ndarray:
     """``op`` over fp32 bit patterns ``a`` (and ``b``, broadcast against ``a``); uint32 result
-    of ``a``'s shape. ``i2f`` reads ``a`` as int32 and ignores ``b``."""
+    of ``a``'s shape. ``i2f`` reads ``a`` as int32; the unary ops ignore ``b``."""
     if op not in VEC_OPS:
         raise ValueError(f"unknown vector op {op!r}; known: {', '.join(VEC_OPS)}")
     a = np.asarray(a, np.uint32)
     if op == "i2f":
         return bits(a.view(np.int32).astype(np.float32))  # numpy converts with ties to even
+    if op == "exp":
+        return exp_bits(a)  # golden/special.py: the documented fixed-point algorithm
     if op == "relu":
         out = np.where((a >> 31) != 0, np.uint32(0), a).astype(np.uint32)
         out[np.isnan(floats(a))] = CANONICAL_NAN

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from golden.vector import UNARY_OPS as UNARY
 from golden.vector import VEC_OPS
 from rtl.isa import VecB, VecOp, dma_load, dma_store, vec
 from rtl.memories import Region
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["elementwise", "BROADCASTS", "UNARY"]
 
 BROADCASTS = ("none", "row", "col")
-UNARY = ("i2f", "relu")  # ops without a second operand
 VECTOR_UNITS = (Unit.CMDPROC, Unit.DMA)  # the units an elementwise kernel's errata can live in
 MAX_COUNT = 0xFFFF
 
@@ -83,7 +83,7 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
     """``op(a, b)`` elementwise on the vector unit; returns ``(fp32 result of a's shape, stats)``.
 
     ``op`` is one of golden.vector.VEC_OPS; ``b`` is ``a``'s shape (``broadcast="none"``), one
-    value per row (``"row"``) or one per column (``"col"``); ``i2f`` and ``relu`` take no ``b``.
+    value per row (``"row"``) or one per column (``"col"``); the unary ops (``i2f``, ``relu``, ``exp``) take no ``b``.
     The arithmetic is docs/numerics.md's ("The vector unit"); golden.vector.vector_op is its
     reference.
     """
@@ -138,7 +138,9 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
             host["bytes_staged"] += 4 * lanes * (na + nb)
             # One load (a, then b behind it), the VECs in place on a, one store.
             cmds = [dma_load(Region.ACC, sram=0, dram=buf.addr, words=na + nb, signal=SEM["AUX"])]
-            if broadcast == "none":
+            if b is None:  # a unary op: b is not read
+                vecs = [dict(a=0, b=0, count=na, b_form=VecB.VECTOR)]
+            elif broadcast == "none":
                 vecs = [dict(a=0, b=na, count=na, b_form=VecB.VECTOR)]
             elif broadcast == "row":
                 vecs = [dict(a=r * wpr, b=na + r, count=wpr, b_form=VecB.SCALAR) for r in range(n)]

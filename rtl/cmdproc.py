@@ -31,7 +31,7 @@ from .board import BoardConfig
 from .config import ChipConfig
 from .csr_map import SEMAPHORES
 from .dma import DMA_ENTRY, LOAD_REGIONS, word_bytes
-from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp, VecB, VecOp
+from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp, VEC_UNARY, VecB, VecOp
 from .memories import MEM, Region
 from .faults import FaultKind
 from .revisions import Defect
@@ -233,8 +233,11 @@ class CommandProcessor(wiring.Component):
                 m.d.comb += err.eq(ErrCode.BAD_VEC_OP)
             with m.Elif(k == 0):
                 m.d.comb += err.eq(ErrCode.BAD_LENGTH)
-            with m.Elif((cmd.arg0 + k > cfg.acc_depth) | Mux(b_vector, cmd.arg1 + k > cfg.acc_depth,
-                                                              cmd.arg1 >= cfg.acc_depth)):
+            unary = 0
+            for u in VEC_UNARY:
+                unary = unary | (vu_flags.op == u)
+            with m.Elif((cmd.arg0 + k > cfg.acc_depth) | (~unary & Mux(b_vector, cmd.arg1 + k > cfg.acc_depth,
+                                                                        cmd.arg1 >= cfg.acc_depth))):
                 m.d.comb += err.eq(ErrCode.SRC_RANGE)
             with m.Elif(cmd.arg2 + k > cfg.acc_depth):
                 m.d.comb += err.eq(ErrCode.DST_RANGE)

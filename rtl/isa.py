@@ -23,7 +23,7 @@ np_integer = numbers.Integral  # kernels pass numpy integers too
 
 __all__ = [
     "COMMAND_LAYOUT", "COMMAND_BITS", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
-    "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VEC_FLAGS",
+    "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VEC_FLAGS", "VEC_UNARY",
     "pack_command", "unpack_command", "decode", "opcode_of", "with_opcode", "field_of_bit",
     "matmul", "reduce", "vec", "fence", "nop", "dma_load", "dma_store", "dma_stride", "sync_of", "with_sync",
     "DMA_FLAGS", "STRIDE_FLAGS", "SYNC", "DmaQueue", "SEMAPHORES",
@@ -68,6 +68,10 @@ class VecOp(enum.IntEnum):
     FMIN = 4
     I2F = 5  # int32 -> fp32, ties to even (b unused)
     RELU = 6  # max(x, +0) with -0 -> +0, NaN stays NaN (b unused)
+    EXP = 7  # e**x, documented algorithm and error bound (rtl/special.py; b unused)
+
+
+VEC_UNARY = (VecOp.I2F, VecOp.RELU, VecOp.EXP)  # b is neither read nor range-checked
 
 
 class VecB(enum.IntEnum):

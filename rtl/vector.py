@@ -21,6 +21,7 @@ from .fp32 import CANONICAL_NAN, fp32_add, fp32_max, fp32_min, fp32_mul, is_nan,
 from .isa import VecB, VecOp
 from .ports import acc_port_members
 from .revisions import Defect
+from .special import fp32_exp
 
 __all__ = ["VectorUnit"]
 
@@ -35,10 +36,11 @@ def _lane(m: Module, op: Signal, a, b, name: str):
     neg = a[31]
     i2f = round_to_fp32(m, Mux(neg, -a.as_signed(), a)[:32], neg, 0, name=f"{name}_i2f")
     relu = Mux(is_nan(a), CANONICAL_NAN, Mux(neg, 0, a))
+    exp = fp32_exp(m, a, name=f"{name}_exp")
     out = Signal(32, name=f"{name}_out")
     with m.Switch(op):
         for code, value in ((VecOp.FADD, add), (VecOp.FSUB, sub), (VecOp.FMUL, mul), (VecOp.FMAX, mx),
-                            (VecOp.FMIN, mn), (VecOp.I2F, i2f), (VecOp.RELU, relu)):
+                            (VecOp.FMIN, mn), (VecOp.I2F, i2f), (VecOp.RELU, relu), (VecOp.EXP, exp)):
             with m.Case(code):
                 m.d.comb += out.eq(value)
     return out

@@ -1064,7 +1064,7 @@ BAD_COMMANDS = {
     "reduce_dst_range": (pack_command(Opcode.REDUCE, length=1, arg2=_D, tag=11), ErrCode.DST_RANGE),
     "nop_arg3": (pack_command(Opcode.NOP, arg3=1, tag=12), ErrCode.RESERVED_NONZERO),
     "matmul_arg3": (pack_command(Opcode.MATMUL, length=1, arg3=0x8000, tag=13), ErrCode.RESERVED_NONZERO),
-    "vec_op7": (pack_command(Opcode.VEC, flags=7, length=1, tag=14), ErrCode.BAD_VEC_OP),
+    "vec_op15": (pack_command(Opcode.VEC, flags=15, length=1, tag=14), ErrCode.BAD_VEC_OP),
     "vec_b_form3": (pack_command(Opcode.VEC, flags=3 << 4, length=1, tag=15), ErrCode.BAD_VEC_OP),
     "vec_k0": (pack_command(Opcode.VEC, length=0, tag=16), ErrCode.BAD_LENGTH),
     "vec_a_range": (pack_command(Opcode.VEC, length=2, arg0=_D - 1, tag=17), ErrCode.SRC_RANGE),
@@ -1084,6 +1084,7 @@ GOOD_BOUNDARY_COMMANDS = {
     "fence": pack_command(Opcode.FENCE),
     "vec_top": pack_command(Opcode.VEC, length=2, arg0=_D - 2, arg1=_D - 2, arg2=_D - 2),
     "vec_scalar_b_top": pack_command(Opcode.VEC, flags=2 << 4, length=_D, arg1=_D - 1),
+    "vec_unary_b_unchecked": pack_command(Opcode.VEC, flags=5, length=_D, arg1=0xFFFF),  # I2F reads no b
 }
 
 

@@ -19,7 +19,8 @@ VARIANT = Variant(config=SMALL_CHIP, revision="B1")
 # (op, broadcast, rows, cols): 9 columns are three words with a padded last one; 20 x 9 is more
 # than the 64-word accumulator SRAM holds beside its operand, so it runs in chunks.
 CASES = [("fadd", "none", 20, 9), ("fsub", "row", 5, 9), ("fmul", "col", 20, 9), ("fmax", "none", 3, 4),
-         ("fmin", "row", 4, 3), ("i2f", "none", 4, 5), ("relu", "none", 6, 7), ("fmul", "row", 1, 1)]
+         ("fmin", "row", 4, 3), ("i2f", "none", 4, 5), ("relu", "none", 6, 7), ("fmul", "row", 1, 1),
+         ("exp", "none", 12, 9)]
 
 
 def test_elementwise_bit_exact(sim, tmp_path):

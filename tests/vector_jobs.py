@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from golden.vector import UNARY_OPS
 from kernels.vector import elementwise
 from workarounds import attach
 
@@ -23,9 +24,12 @@ def case_inputs(seed: int, op: str, broadcast: str, shape: tuple[int, int]):
         a = rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
         a.flat[:4] = [2**24 + 1, -(2**24 + 3), -2**31, 2**31 - 1][:a.size]
         return a, None
-    a = (rng.standard_normal(shape) * 10).astype(np.float32)
+    if op == "exp":  # the whole range and past both ends: -Inf, large negative (flush), overflow
+        a = rng.uniform(-110, 95, size=shape).astype(np.float32)
+    else:
+        a = (rng.standard_normal(shape) * 10).astype(np.float32)
     a.flat[::7] = rng.choice(SPECIALS, size=a.flat[::7].shape)
-    if op == "relu":
+    if op in UNARY_OPS:
         return a, None
     bshape = {"none": shape, "row": (rows,), "col": (cols,)}[broadcast]
     b = (rng.standard_normal(bshape) * 10).astype(np.float32)

@@ -1,6 +1,8 @@
-"""``firstlight numerics``: SQNR of every quantization recipe on the RTL.
+"""``firstlight numerics``: SQNR of every quantization recipe on the RTL; with ``--special``,
+the max ulp error of the vector unit's special functions over their documented range.
 
-The command only checks its arguments; the report itself is :func:`firstlight.numerics.run_numerics`.
+The command only checks its arguments; the report itself is :func:`firstlight.numerics.run_numerics`
+(and, for ``--special``, golden/special.py's measurement, spread over processes).
 """
 
 from __future__ import annotations
@@ -43,9 +45,55 @@ def add_parser(subparsers) -> None:
     add_seed_option(nu)
     nu.add_argument("--report", type=Path, default=None, metavar="DIR", help="write numerics.json and numerics.png")
     nu.add_argument("--no-erratum", action="store_true", help="skip the FL-NU-001 comparison (two more builds)")
+    sp = nu.add_argument_group(
+        "special functions", "--special measures the special functions' algorithms (golden/special.py, which the "
+        "RTL matches bit for bit) against float64 over every fp32 input of their documented range; no simulator "
+        "runs. Every input: ~14 minutes on 2 cores for exp; --stride 97 takes every 97th.")
+    sp.add_argument("--special", nargs="*", metavar="FN", default=None,
+                    help="measure these functions (default with no names: all; known: exp)")
+    sp.add_argument("--stride", type=positive, default=1, metavar="N", help="every Nth input (default 1: all)")
+    sp.add_argument("--workers", type=positive, default=None, metavar="N", help="processes (default: one per core)")
+
+
+def cmd_special(args) -> int:
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from golden.special import SPECIAL_FUNCTIONS, domain_chunks, measure_chunk, merge
+
+    from .common import FittedTable, err_console
+
+    names = args.special or list(SPECIAL_FUNCTIONS)
+    for n in names:
+        if n not in SPECIAL_FUNCTIONS:
+            raise CannotStart(f"unknown special function {n!r}; known: {', '.join(SPECIAL_FUNCTIONS)}")
+    rows = []
+    workers = args.workers or os.cpu_count() or 1
+    with ProcessPoolExecutor(max_workers=workers) as pool, \
+            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     console=err_console, transient=True) as progress:
+        for name in names:
+            pieces = domain_chunks(name, args.stride)
+            task = progress.add_task(f"{name}: chunks of inputs", total=len(pieces))
+            results = []
+            for r in pool.map(measure_chunk, [name] * len(pieces), pieces):
+                results.append(r)
+                progress.advance(task)
+            s = merge(results)
+            lo, hi = SPECIAL_FUNCTIONS[name][2]
+            rows.append([name, f"[{lo}, {hi}]", f"{s['count']:,}", f"{s['max_ulp']:.4f}",
+                         f"{s['worst_x']!r} (0x{s['worst_bits']:08x})", f"{100 * s['correctly_rounded']:.3f}%"])
+    what = "every input" if args.stride == 1 else f"every {args.stride}th input"
+    console.print(FittedTable(f"Special functions vs float64 ({what} of the documented range)",
+                              ["function", "range", "inputs", "max ulp", "worst at", "correctly\nrounded"], rows))
+    return EXIT_OK
 
 
 def cmd(args) -> int:
+    if args.special is not None:
+        return cmd_special(args)
     from firstlight.numerics import run_numerics
     from golden.distributions import DISTRIBUTIONS
     from golden.quant import RECIPES
