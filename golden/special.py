@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["exp_bits", "EXP_TABLE", "EXP_CONSTANTS", "ulp_error", "EXP_RANGE", "SPECIAL_FUNCTIONS", "domain_chunks",
+__all__ = ["recip_bits", "rsqrt_bits", "RECIP_SEED", "RSQRT_SEED", "RECIP_RANGE", "RSQRT_RANGE", "exp_bits", "EXP_TABLE", "EXP_CONSTANTS", "ulp_error", "EXP_RANGE", "SPECIAL_FUNCTIONS", "domain_chunks",
            "measure_chunk", "merge"]
 
 CANONICAL_NAN = 0x7FC00000
@@ -112,6 +112,102 @@ def exp_bits(x) -> np.ndarray:
     return out.astype(np.uint32)
 
 
+
+# ---- reciprocal and reciprocal square root: a table seed and two Newton steps -----------------------
+
+def _recip_seed() -> tuple[int, ...]:
+    """S[i] = round(2**31 / (1 + (i + 0.5) / 256)): 1/m at the middle of the i-th 256th of [1, 2)."""
+    from fractions import Fraction
+
+    return tuple(round(Fraction(2**31) / (1 + Fraction(2 * i + 1, 512))) for i in range(256))
+
+
+def _rsqrt_seed() -> tuple[int, ...]:
+    """R[j], j = (odd exponent, 7 fraction bits): round(2**31 / sqrt(w)) at the middle of the
+    j-th piece of w in [1, 2) (even) or [2, 4) (odd), by integer square roots."""
+    from math import isqrt
+
+    out = []
+    for odd in (0, 1):
+        for i in range(128):
+            # w = (1 + (i + 0.5)/128) * 2**odd = (256 + 2i + 1) * 2**odd / 256
+            num, den = (257 + 2 * i) << odd, 256
+            # 2**31 / sqrt(num/den) = sqrt(2**62 * den / num), rounded
+            v = isqrt((2**62 * den << 40) // num)  # 20 guard bits
+            q, r = divmod(v, 1 << 20)
+            out.append(q + (r >= 1 << 19))
+    return tuple(out)
+
+
+RECIP_SEED = _recip_seed()
+RSQRT_SEED = _rsqrt_seed()
+RECIP_RANGE = (2.0**-126, 2.0**126)  # |v| whose reciprocal is a normal number (measured on positives: sign is exact)
+RSQRT_RANGE = (2.0**-126, float(np.finfo(np.float32).max))
+
+
+def _round_q31(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A value x * 2**-31 in [0.5, 2) to (23 fraction bits, exponent offset): offset 0 for
+    [1, 2), -1 for [0.5, 1), +1 more when rounding carries into the next binade. RNE."""
+    top = x >= U64(1 << 31)
+    shift = np.where(top, U64(8), U64(7))
+    q = x >> shift
+    rem = x & ((U64(1) << shift) - U64(1))
+    half = U64(1) << (shift - U64(1))
+    q = q + ((rem > half) | ((rem == half) & ((q & U64(1)) == 1))).astype(U64)
+    carry = (q >> U64(24)) != 0
+    frac = np.where(carry, U64(0), q & U64(0x7FFFFF))
+    return frac, top.astype(np.int64) - 1 + carry.astype(np.int64)
+
+
+def recip_bits(v) -> np.ndarray:
+    """1/v of fp32 bit patterns: seed from the top 8 fraction bits, two Newton steps
+    x' = x * (2 - m * x) in Q.31, one rounding. Subnormal inputs read as zero (+-Inf out);
+    results below 2**-126 flush to +-0; 1/+-Inf = +-0; NaN -> canonical NaN."""
+    v = np.asarray(v, np.uint32).astype(U64)
+    sign = v >> U64(31)
+    e = ((v >> U64(23)) & U64(0xFF)).astype(np.int64)
+    frac = v & U64(0x7FFFFF)
+    mant = frac | U64(1 << 23)  # m = mant * 2**-23 in [1, 2)
+    x = np.array(RECIP_SEED, dtype=U64)[(frac >> U64(15)).astype(np.int64)]
+    for _ in range(2):
+        t = U64(1 << 32) - ((mant * x) >> U64(23))  # 2 - m*x in Q.31
+        x = (x * t) >> U64(31)
+    f, off = _round_q31(x)
+    biased = 254 - e + off  # 1/v = (1/m) * 2**(127 - e)
+    out = (sign << U64(31)) | (biased.clip(0, 255).astype(U64) << U64(23)) | f
+    out = np.where(biased <= 0, sign << U64(31), out)
+    out = np.where(e == 0, (sign << U64(31)) | U64(POS_INF), out)
+    out = np.where(e == 255, np.where(frac != 0, U64(CANONICAL_NAN), sign << U64(31)), out)
+    return out.astype(np.uint32)
+
+
+def rsqrt_bits(v) -> np.ndarray:
+    """1/sqrt(v) of fp32 bit patterns: v = w * 2**(2p) with w in [1, 4), seed from (exponent
+    parity, top 7 fraction bits), two Newton steps y' = y * (3 - w * y**2) / 2 in Q.31, one
+    rounding. Subnormal inputs read as zero; rsqrt(+-0) = +-Inf, of a negative number or NaN
+    the canonical NaN, of +Inf +0."""
+    v = np.asarray(v, np.uint32).astype(U64)
+    sign = v >> U64(31)
+    e = ((v >> U64(23)) & U64(0xFF)).astype(np.int64)
+    frac = v & U64(0x7FFFFF)
+    k = e - 127
+    odd = (k & 1).astype(U64)
+    w = (frac | U64(1 << 23)) << odd  # w in Q.23: [1, 2) or [2, 4)
+    y = np.array(RSQRT_SEED, dtype=U64)[((odd << U64(7)) | (frac >> U64(16))).astype(np.int64)]
+    for _ in range(2):
+        y2 = (y * y) >> U64(31)
+        t = U64(3 << 31) - ((w * y2) >> U64(23))  # 3 - w*y**2 in Q.31
+        y = (y * t) >> U64(32)  # and the halving
+    f, off = _round_q31(y)
+    biased = 127 - (k >> 1) + off  # 1/sqrt(v) = w**-0.5 * 2**-p, p = floor(k / 2)
+    out = (biased.astype(U64) << U64(23)) | f
+    zero = e == 0
+    out = np.where(zero, (sign << U64(31)) | U64(POS_INF), out)
+    out = np.where(~zero & (sign == 1), U64(CANONICAL_NAN), out)
+    out = np.where((e == 255) & (sign == 0), np.where(frac != 0, U64(CANONICAL_NAN), U64(0)), out)
+    return out.astype(np.uint32)
+
+
 def _shr(v: np.ndarray, s: np.ndarray) -> np.ndarray:
     """v >> s with shifts of 64 or more giving 0 (numpy leaves those undefined)."""
     s = np.asarray(s, U64)
@@ -134,7 +230,17 @@ def ulp_error(result_bits: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 # ---- measuring an implementation against float64 (the way libm is measured) --------------------
 
-SPECIAL_FUNCTIONS = {"exp": (exp_bits, np.exp, EXP_RANGE)}  # name -> (bits -> bits, float64 ref, range)
+def _recip64(x):
+    return 1.0 / x
+
+
+def _rsqrt64(x):
+    return 1.0 / np.sqrt(x)
+
+
+# name -> (bits -> bits, float64 reference, documented range)
+SPECIAL_FUNCTIONS = {"exp": (exp_bits, np.exp, EXP_RANGE), "recip": (recip_bits, _recip64, RECIP_RANGE),
+                     "rsqrt": (rsqrt_bits, _rsqrt64, RSQRT_RANGE)}
 CHUNK = 1 << 22
 
 

@@ -10,7 +10,7 @@ what IEEE leaves open is pinned down here the way the chip documents it:
   and +0 is above -0 (numpy's ``maximum`` returns whichever zero comes first);
 * ``relu(x)`` is ``x`` for x > 0 or x = +0 and +0 for every negative x and for -0; NaN stays NaN;
 * ``i2f`` converts an int32 to the nearest fp32, ties to even;
-* ``exp`` is golden/special.py's fixed-point algorithm (not numpy's exp).
+* ``exp``, ``recip`` and ``rsqrt`` are golden/special.py's fixed-point algorithms (not numpy's).
 
 ``b`` broadcasts against ``a`` the numpy way: the vector unit's per-word (``vec``), per-lane
 (one word for every word: ``lane``) and scalar (``scalar``) forms are all one call here.
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .special import exp_bits
+from .special import exp_bits, recip_bits, rsqrt_bits
 
 __all__ = ["VEC_OPS", "UNARY_OPS", "CANONICAL_NAN", "vector_op", "bits", "floats"]
 
 CANONICAL_NAN = 0x7FC00000
-VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp")  # the ops this reference knows
-UNARY_OPS = ("i2f", "relu", "exp")
+VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt")  # the ops it knows
+UNARY_OPS = ("i2f", "relu", "exp", "recip", "rsqrt")
 
 
 def bits(x) -> np.ndarray:
@@ -72,8 +72,8 @@ def vector_op(op: str, a, b=None) -> np.ndarray:
     a = np.asarray(a, np.uint32)
     if op == "i2f":
         return bits(a.view(np.int32).astype(np.float32))  # numpy converts with ties to even
-    if op == "exp":
-        return exp_bits(a)  # golden/special.py: the documented fixed-point algorithm
+    if op in ("exp", "recip", "rsqrt"):  # golden/special.py: the documented fixed-point algorithms
+        return {"exp": exp_bits, "recip": recip_bits, "rsqrt": rsqrt_bits}[op](a)
     if op == "relu":
         out = np.where((a >> 31) != 0, np.uint32(0), a).astype(np.uint32)
         out[np.isnan(floats(a))] = CANONICAL_NAN

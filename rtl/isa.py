@@ -69,9 +69,11 @@ class VecOp(enum.IntEnum):
     I2F = 5  # int32 -> fp32, ties to even (b unused)
     RELU = 6  # max(x, +0) with -0 -> +0, NaN stays NaN (b unused)
     EXP = 7  # e**x, documented algorithm and error bound (rtl/special.py; b unused)
+    RECIP = 8  # 1/x (b unused)
+    RSQRT = 9  # 1/sqrt(x) (b unused)
 
 
-VEC_UNARY = (VecOp.I2F, VecOp.RELU, VecOp.EXP)  # b is neither read nor range-checked
+VEC_UNARY = (VecOp.I2F, VecOp.RELU, VecOp.EXP, VecOp.RECIP, VecOp.RSQRT)  # b is neither read nor range-checked
 
 
 class VecB(enum.IntEnum):

@@ -16,7 +16,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 
 from .fp32 import CANONICAL_NAN, POS_INF, is_nan
 
-__all__ = ["fp32_exp", "EXP_TABLE"]
+__all__ = ["fp32_exp", "fp32_recip", "fp32_rsqrt", "EXP_TABLE", "RECIP_SEED", "RSQRT_SEED"]
 
 _LOG2E = Fraction("1.44269504088896340735992468100189213742664595415298593413544940693")
 _LN2 = Fraction("0.693147180559945309417232121458176568075500134360255254120680009493")
@@ -95,4 +95,103 @@ def fp32_exp(m: Module, x, name: str = "exp"):
         m.d.comb += out.eq(0)
     with m.Else():
         m.d.comb += out.eq(normal)
+    return out
+
+
+# ---- reciprocal and reciprocal square root ----------------------------------------------------
+
+def _recip_seed() -> tuple[int, ...]:
+    """round(2**31 / (1 + (i + 0.5)/256)), i = 0..255."""
+    return tuple(round(Fraction(2**31) / (1 + Fraction(2 * i + 1, 512))) for i in range(256))
+
+
+def _rsqrt_seed() -> tuple[int, ...]:
+    """round(2**31 / sqrt(w)) at w = (1 + (i + 0.5)/128) * 2**odd, index odd * 128 + i."""
+    out = []
+    for odd in (0, 1):
+        for i in range(128):
+            v = isqrt((2**62 * 256 << 40) // ((257 + 2 * i) << odd))
+            q, r = divmod(v, 1 << 20)
+            out.append(q + (r >= 1 << 19))
+    return tuple(out)
+
+
+RECIP_SEED = _recip_seed()
+RSQRT_SEED = _rsqrt_seed()
+
+
+def _round_q31(m: Module, x, name: str):
+    """x * 2**-31 in [0.5, 2) -> (23 fraction bits, exponent offset -1..1), nearest even."""
+    top = x[31]
+    q = Mux(top, x[8:32], x[7:31])
+    rnd = Mux(top, x[7], x[6])
+    sticky = Mux(top, x[:7] != 0, x[:6] != 0)
+    q2 = Signal(25, name=f"{name}_q")
+    m.d.comb += q2.eq(q + (rnd & (sticky | q[0])))
+    carry = q2[24]
+    off = Signal(signed(3), name=f"{name}_off")
+    m.d.comb += off.eq(top + carry - 1)
+    return Mux(carry, 0, q2[:23]), off
+
+
+def fp32_recip(m: Module, v, name: str = "recip"):
+    """1/v: a seed from the top 8 fraction bits, two Newton steps in Q.31, one rounding.
+    Subnormal inputs read as zero (+-Inf), results below 2**-126 flush to +-0, 1/+-Inf = +-0."""
+    sign, e, frac = v[31], v[23:31], v[0:23]
+    mant = Cat(frac, Const(1, 1))
+    x = Signal(32, name=f"{name}_x0")
+    m.d.comb += x.eq(Array([Const(c, 32) for c in RECIP_SEED])[frac[15:23]])
+    for step in range(2):
+        t = Signal(33, name=f"{name}_t{step}")
+        m.d.comb += t.eq((1 << 32) - ((mant * x) >> 23))
+        nx = Signal(32, name=f"{name}_x{step + 1}")
+        m.d.comb += nx.eq((x * t) >> 31)
+        x = nx
+    f, off = _round_q31(m, x, name)
+    biased = Signal(signed(11), name=f"{name}_biased")
+    m.d.comb += biased.eq(254 - e + off)
+    out = Signal(32, name=f"{name}_out")
+    with m.If(e == 255):
+        m.d.comb += out.eq(Mux(frac != 0, CANONICAL_NAN, Cat(Const(0, 31), sign)))
+    with m.Elif(e == 0):
+        m.d.comb += out.eq(Cat(Const(POS_INF, 31), sign))
+    with m.Elif(biased <= 0):
+        m.d.comb += out.eq(Cat(Const(0, 31), sign))
+    with m.Else():
+        m.d.comb += out.eq(Cat(f, biased[:8], sign))
+    return out
+
+
+def fp32_rsqrt(m: Module, v, name: str = "rsqrt"):
+    """1/sqrt(v): v = w * 2**(2p), w in [1, 4); a seed from the exponent's parity and the top 7
+    fraction bits, two Newton steps in Q.31, one rounding. Subnormals read as zero:
+    rsqrt(+-0) = +-Inf; negative numbers and NaN give the canonical NaN; rsqrt(+Inf) = +0."""
+    sign, e, frac = v[31], v[23:31], v[0:23]
+    k = Signal(signed(9), name=f"{name}_k")
+    m.d.comb += k.eq(e - 127)
+    odd = k[0]
+    w = Signal(25, name=f"{name}_w")
+    m.d.comb += w.eq(Mux(odd, Cat(Const(0, 1), frac, Const(1, 1)), Cat(frac, Const(1, 1))))
+    y = Signal(32, name=f"{name}_y0")
+    m.d.comb += y.eq(Array([Const(c, 32) for c in RSQRT_SEED])[Cat(frac[16:23], odd)])
+    for step in range(2):
+        y2 = Signal(32, name=f"{name}_sq{step}")
+        m.d.comb += y2.eq((y * y) >> 31)
+        t = Signal(34, name=f"{name}_t{step}")
+        m.d.comb += t.eq((3 << 31) - ((w * y2) >> 23))
+        ny = Signal(32, name=f"{name}_y{step + 1}")
+        m.d.comb += ny.eq((y * t) >> 32)
+        y = ny
+    f, off = _round_q31(m, y, name)
+    biased = Signal(signed(11), name=f"{name}_biased")
+    m.d.comb += biased.eq(127 - (k >> 1) + off)
+    out = Signal(32, name=f"{name}_out")
+    with m.If(e == 0):
+        m.d.comb += out.eq(Cat(Const(POS_INF, 31), sign))
+    with m.Elif(sign | ((e == 255) & (frac != 0))):
+        m.d.comb += out.eq(CANONICAL_NAN)
+    with m.Elif(e == 255):
+        m.d.comb += out.eq(0)
+    with m.Else():
+        m.d.comb += out.eq(Cat(f, biased[:8], Const(0, 1)))
     return out

@@ -21,7 +21,7 @@ from .fp32 import CANONICAL_NAN, fp32_add, fp32_max, fp32_min, fp32_mul, is_nan,
 from .isa import VecB, VecOp
 from .ports import acc_port_members
 from .revisions import Defect
-from .special import fp32_exp
+from .special import fp32_exp, fp32_recip, fp32_rsqrt
 
 __all__ = ["VectorUnit"]
 
@@ -37,10 +37,13 @@ def _lane(m: Module, op: Signal, a, b, name: str):
     i2f = round_to_fp32(m, Mux(neg, -a.as_signed(), a)[:32], neg, 0, name=f"{name}_i2f")
     relu = Mux(is_nan(a), CANONICAL_NAN, Mux(neg, 0, a))
     exp = fp32_exp(m, a, name=f"{name}_exp")
+    recip = fp32_recip(m, a, name=f"{name}_recip")
+    rsqrt = fp32_rsqrt(m, a, name=f"{name}_rsqrt")
     out = Signal(32, name=f"{name}_out")
     with m.Switch(op):
         for code, value in ((VecOp.FADD, add), (VecOp.FSUB, sub), (VecOp.FMUL, mul), (VecOp.FMAX, mx),
-                            (VecOp.FMIN, mn), (VecOp.I2F, i2f), (VecOp.RELU, relu), (VecOp.EXP, exp)):
+                            (VecOp.FMIN, mn), (VecOp.I2F, i2f), (VecOp.RELU, relu), (VecOp.EXP, exp), (VecOp.RECIP, recip),
+                            (VecOp.RSQRT, rsqrt)):
             with m.Case(code):
                 m.d.comb += out.eq(value)
     return out

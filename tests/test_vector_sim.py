@@ -20,7 +20,7 @@ VARIANT = Variant(config=SMALL_CHIP, revision="B1")
 # than the 64-word accumulator SRAM holds beside its operand, so it runs in chunks.
 CASES = [("fadd", "none", 20, 9), ("fsub", "row", 5, 9), ("fmul", "col", 20, 9), ("fmax", "none", 3, 4),
          ("fmin", "row", 4, 3), ("i2f", "none", 4, 5), ("relu", "none", 6, 7), ("fmul", "row", 1, 1),
-         ("exp", "none", 12, 9)]
+         ("exp", "none", 12, 9), ("recip", "none", 5, 8), ("rsqrt", "none", 5, 8)]
 
 
 def test_elementwise_bit_exact(sim, tmp_path):
