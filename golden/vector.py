@@ -22,7 +22,7 @@ import numpy as np
 
 from .special import exp_bits, recip_bits, rsqrt_bits
 
-__all__ = ["VEC_OPS", "UNARY_OPS", "CANONICAL_NAN", "vector_op", "bits", "floats"]
+__all__ = ["VEC_OPS", "UNARY_OPS", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats"]
 
 CANONICAL_NAN = 0x7FC00000
 VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt")  # the ops it knows
@@ -87,3 +87,28 @@ def vector_op(op: str, a, b=None) -> np.ndarray:
     with np.errstate(all="ignore"):
         r = {"fadd": np.add, "fsub": np.subtract, "fmul": np.multiply}[op](fa, fb, dtype=np.float32)
     return _canon(r)
+
+
+FP_REDUCE_OPS = ("fsum", "fmax")
+FP_REDUCE_IDENTITY = {"fsum": 0x00000000, "fmax": 0xFF800000}  # +0 and -Inf
+
+
+def reduce_words(op: str, words) -> np.ndarray:
+    """fp32 reduction of each row of accumulator words ``(R, W, LANES)`` (bit patterns) to one
+    value per row, in the reduction unit's order: within a word a pairwise tree (lane 0 with 1,
+    2 with 3, then the pairs, ...), then word by word from the first (``total = total + word``).
+    ``fsum`` adds with RNE; ``fmax`` is IEEE maximum (NaN if any input is NaN)."""
+    if op not in FP_REDUCE_OPS:
+        raise ValueError(f"unknown fp32 reduction {op!r}; known: {', '.join(FP_REDUCE_OPS)}")
+    w = np.asarray(words, np.uint32)
+    if w.ndim != 3 or w.shape[2] & (w.shape[2] - 1):
+        raise ValueError(f"words must have shape (rows, words, lanes) with lanes a power of two, got {w.shape}")
+    combine = (lambda x, y: vector_op("fadd", x, y)) if op == "fsum" else (lambda x, y: vector_op("fmax", x, y))
+    level = w
+    while level.shape[2] > 1:
+        level = combine(np.ascontiguousarray(level[:, :, 0::2]), np.ascontiguousarray(level[:, :, 1::2]))
+    per_word = level[:, :, 0]
+    total = per_word[:, 0].copy()
+    for j in range(1, per_word.shape[1]):
+        total = combine(total, np.ascontiguousarray(per_word[:, j]))
+    return total

@@ -93,7 +93,7 @@ class CommandProcessor(wiring.Component):
                 "mm_done_sem": In(6),
                 # reduction unit
                 "rd_start": Out(1),
-                "rd_op": Out(2),
+                "rd_op": Out(3),
                 "rd_src": Out(16),
                 "rd_count": Out(16),
                 "rd_dst": Out(16),
@@ -219,7 +219,8 @@ class CommandProcessor(wiring.Component):
             with m.Elif(cmd.arg2 + cfg.rows > cfg.acc_depth):
                 m.d.comb += err.eq(ErrCode.C_RANGE)
         with m.Elif(op == Opcode.REDUCE):
-            with m.If(rd_flags.op > max(ReduceOp)):
+            fp_ops_missing = Const(0 if cfg.vector else 1, 1) & (rd_flags.op >= ReduceOp.FSUM)
+            with m.If((rd_flags.op > max(ReduceOp)) | fp_ops_missing):  # FSUM/FMAX come with the vector unit
                 m.d.comb += err.eq(ErrCode.BAD_REDUCE_OP)
             with m.Elif(k == 0):
                 m.d.comb += err.eq(ErrCode.BAD_LENGTH)

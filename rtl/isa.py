@@ -56,6 +56,8 @@ class ReduceOp(enum.IntEnum):
     SUM = 0  # wraps modulo 2**32
     MAX = 1
     MIN = 2
+    FSUM = 3  # fp32 lanes: the tree, then word by word (docs/numerics.md); chips with the vector unit
+    FMAX = 4  # fp32 lanes, IEEE 754-2019 maximum; chips with the vector unit
 
 
 class VecOp(enum.IntEnum):
@@ -115,7 +117,7 @@ class DmaQueue(enum.IntEnum):
 
 
 MATMUL_FLAGS = data.StructLayout({"accumulate": 1, "fmt": 3, "reserved": 4})  # fmt: Format
-REDUCE_FLAGS = data.StructLayout({"op": 2, "reserved": 6})  # op: ReduceOp
+REDUCE_FLAGS = data.StructLayout({"op": 3, "reserved": 5})  # op: ReduceOp
 DMA_FLAGS = data.StructLayout({"region": 3, "reserved": 5})  # region: rtl.memories.Region of the SRAM side
 STRIDE_FLAGS = data.StructLayout({"queue": 1, "reserved": 7})  # queue: DmaQueue
 VEC_FLAGS = data.StructLayout({"op": 4, "b": 2, "reserved": 2})  # op: VecOp; b: VecB

@@ -1,9 +1,12 @@
 """The reduction unit: REDUCE(op, src, count, dst) over accumulator words.
 
-Each cycle one accumulator word (LANES x int32) is read; a pipelined binary tree combines its
-lanes (one register stage per tree level), and a final stage folds the tree outputs of all
-``count`` words into one int32. The result goes to lane 0 of word ``dst``; the other lanes of
-``dst`` get the operation's identity (0, INT32_MIN, INT32_MAX), so ``dst`` can be reduced again.
+Each cycle one accumulator word (LANES x int32, or LANES x fp32 for FSUM / FMAX) is read; a
+pipelined binary tree combines its lanes (one register stage per tree level: lane 0 with lane 1,
+lane 2 with lane 3, ..., then those pairs), and a final stage folds the tree outputs of all
+``count`` words into one value, word after word (``total = total + word``). That order is the
+fp32 result's definition (docs/numerics.md). The result goes to lane 0 of word ``dst``; the
+other lanes of ``dst`` get the operation's identity (0, INT32_MIN, INT32_MAX, +0, -Inf), so
+``dst`` can be reduced again. The fp32 operations are built only on a chip with the vector unit.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import ChipConfig
+from .fp32 import fp32_add, fp32_max
 from .ports import acc_port_members
 from .isa import ReduceOp
 from .faults import FaultKind
@@ -22,10 +26,15 @@ from .saboteurs import stuck_value
 __all__ = ["ReductionUnit"]
 
 
-def _combine(op: Signal, x, y):
-    """One tree node: SUM wraps, MAX/MIN compare as signed int32."""
+def _combine(op: Signal, x, y, m: Module | None = None, name: str = ""):
+    """One tree node: SUM wraps, MAX/MIN compare as signed int32; with ``m`` (a chip with the
+    vector unit) also FSUM (fp32 add, RNE) and FMAX (fp32 maximum)."""
     xs, ys = x.as_signed(), y.as_signed()
-    return Mux(op == ReduceOp.SUM, (x + y)[:32], Mux(op == ReduceOp.MAX, Mux(xs > ys, x, y), Mux(xs < ys, x, y)))
+    out = Mux(op == ReduceOp.SUM, (x + y)[:32], Mux(op == ReduceOp.MAX, Mux(xs > ys, x, y), Mux(xs < ys, x, y)))
+    if m is None:
+        return out
+    return Mux(op == ReduceOp.FSUM, fp32_add(m, x, y, name=f"{name}_fadd"),
+               Mux(op == ReduceOp.FMAX, fp32_max(m, x, y, name=f"{name}_fmax"), out))
 
 
 class ReductionUnit(wiring.Component):
@@ -48,7 +57,7 @@ class ReductionUnit(wiring.Component):
         super().__init__(
             {
                 "start": In(1),
-                "op": In(2),
+                "op": In(3),
                 "src": In(16),
                 "count": In(16),
                 "dst": In(16),
@@ -64,7 +73,8 @@ class ReductionUnit(wiring.Component):
         lanes = self.config.lanes
         levels = (lanes - 1).bit_length()
 
-        op = Signal(2)
+        op = Signal(3)
+        fp = m if self.config.vector else None  # the fp32 ops' module, or none
         ptr = Signal(16)
         left = Signal(17)
         dst = Signal(16)
@@ -95,7 +105,7 @@ class ReductionUnit(wiring.Component):
             nxt = []
             for p in range(len(cur) // 2):
                 s = Signal(32, name=f"tree_{lvl}_{p}")
-                m.d.sync += s.eq(_combine(op, cur[2 * p], cur[2 * p + 1]))
+                m.d.sync += s.eq(_combine(op, cur[2 * p], cur[2 * p + 1], fp, f"tree_{lvl}_{p}"))
                 nxt.append(s)
             nv, nf, nl = Signal(name=f"tv_{lvl}"), Signal(name=f"tf_{lvl}"), Signal(name=f"tl_{lvl}")
             m.d.sync += [nv.eq(cv), nf.eq(cf), nl.eq(cl)]
@@ -105,8 +115,9 @@ class ReductionUnit(wiring.Component):
         total = Signal(32)
         done = Signal()
         identity = Signal(32)
-        m.d.comb += identity.eq(Mux(op == ReduceOp.SUM, 0, Mux(op == ReduceOp.MAX, 0x80000000, 0x7FFFFFFF)))
-        fold = Mux(cf, word_result, _combine(op, total, word_result))
+        m.d.comb += identity.eq(Mux(op == ReduceOp.SUM, 0, Mux(op == ReduceOp.MAX, 0x80000000,
+                                Mux(op == ReduceOp.FSUM, 0, Mux(op == ReduceOp.FMAX, 0xFF800000, 0x7FFFFFFF)))))
+        fold = Mux(cf, word_result, _combine(op, total, word_result, fp, "fold"))
         if Defect.REDUCE_MAX_FOLDS_FROM_ZERO in self.defects:
             fold = Mux(cf & (op == ReduceOp.MAX), _combine(op, Const(0, 32), word_result), fold)
         take = cv

@@ -467,6 +467,7 @@ class ReduceHarness(Elaboratable):
 
 
 IDENTITY = {ReduceOp.SUM: 0, ReduceOp.MAX: INT32_MIN, ReduceOp.MIN: INT32_MAX}
+INT_REDUCE_OPS = [ReduceOp.SUM, ReduceOp.MAX, ReduceOp.MIN]  # the fp32 ones: test_reduce_fp32
 GOLDEN_OP = {ReduceOp.SUM: "sum", ReduceOp.MAX: "max", ReduceOp.MIN: "min"}
 
 
@@ -534,7 +535,7 @@ REDUCE_CFGS = [small_cfg(2, 2), small_cfg(4, 4), small_cfg(2, 8)]
 
 
 @pytest.mark.parametrize("cfg", REDUCE_CFGS, ids=lambda c: f"lanes{c.lanes}")
-@pytest.mark.parametrize("op", list(ReduceOp), ids=lambda o: o.name)
+@pytest.mark.parametrize("op", INT_REDUCE_OPS, ids=lambda o: o.name)
 @pytest.mark.parametrize("count", [1, 5])
 def test_reduce_random(cfg, op, count):
     name = f"reduce_{op.name}_lanes{cfg.lanes}_n{count}"
@@ -1058,7 +1059,7 @@ BAD_COMMANDS = {
     "matmul_a_range_16bit_wrap": (pack_command(Opcode.MATMUL, length=2, arg0=0xFFFF, tag=5), ErrCode.A_RANGE),
     "matmul_b_range": (pack_command(Opcode.MATMUL, length=3, arg1=_D - 2, tag=6), ErrCode.B_RANGE),
     "matmul_c_range": (pack_command(Opcode.MATMUL, length=1, arg2=_D - 1, tag=7), ErrCode.C_RANGE),
-    "reduce_op3": (pack_command(Opcode.REDUCE, flags=3, length=1, tag=8), ErrCode.BAD_REDUCE_OP),
+    "reduce_op7": (pack_command(Opcode.REDUCE, flags=7, length=1, tag=8), ErrCode.BAD_REDUCE_OP),
     "reduce_k0": (pack_command(Opcode.REDUCE, length=0, tag=9), ErrCode.BAD_LENGTH),
     "reduce_src_range": (pack_command(Opcode.REDUCE, length=2, arg0=_D - 1, tag=10), ErrCode.SRC_RANGE),
     "reduce_dst_range": (pack_command(Opcode.REDUCE, length=1, arg2=_D, tag=11), ErrCode.DST_RANGE),
@@ -1415,3 +1416,27 @@ def test_chip_vec_runs_signals_and_counts():
         out["ERR"] = await csr(ctx, dut, "ERR")
 
     assert run_chip(small_cfg(2, 2, vector=False), rejected)["ERR"] == ErrCode.BAD_VEC_OP
+
+
+@pytest.mark.parametrize("op", [ReduceOp.FSUM, ReduceOp.FMAX], ids=lambda o: o.name)
+def test_reduce_fp32(op):
+    """FSUM / FMAX: the lane tree then the word-by-word fold, bit-exact against
+    golden.vector.reduce_words (which does that order in numpy float32), specials included."""
+    from golden.vector import FP_REDUCE_IDENTITY, reduce_words
+
+    cfg = small_cfg(4, 4)
+    name = f"reduce_fp32_{op.name}"
+    rng = np.random.default_rng(case_seed(name))
+    vals = (rng.standard_normal((cfg.acc_depth, cfg.lanes)) * 1e3).astype(np.float32)
+    vals[3, 1], vals[7, 2], vals[9, 0] = np.inf, -0.0, 1e-40  # one Inf in the first run, a -0, a subnormal
+    vals[12, 3] = np.nan  # in the second run only
+    bits = vals.view(np.uint32)
+    reduces = [(op, 0, 10, 10), (op, 11, 4, 15), (op, 10, 1, 10)]
+    acc = run_reduce(cfg, bits.view(np.int32), reduces, name).astype(np.int64).astype(np.uint32)
+    exp = bits.copy()
+    for _, src, count, dst in reduces:
+        v = reduce_words(op.name.lower(), exp[src:src + count][None])[0]
+        exp[dst] = [v] + [FP_REDUCE_IDENTITY[op.name.lower()]] * (cfg.lanes - 1)
+    bad = sorted({int(r) for r in np.argwhere(acc != exp)[:, 0]})
+    assert not bad, f"{name} (seed {case_seed(name)}): words {bad} got {[acc[r].tolist() for r in bad]} " \
+                    f"want {[exp[r].tolist() for r in bad]}"
