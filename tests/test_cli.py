@@ -54,6 +54,18 @@ def test_run_reduce(tmp_path):
     assert json.loads(out.read_text())["passed"] is True
 
 
+@pytest.mark.sim
+def test_run_softmax_json(tmp_path):
+    """The keys scripts depend on; -Inf entries, offsets and a row of -Inf only (--extremes)."""
+    require_sim("verilator")
+    out = tmp_path / "s.json"
+    assert cli.main(["run", "softmax", "--rows", "5", "--cols", "9", "--extremes", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["passed"] is True and d["shape"] == [5, 9]
+    assert d["sqnr_db"] > 120 and d["bound"] in ("compute", "memory") and 0 < d["roof_utilization"] <= 1
+    assert d["cycles"] > 0
+
+
 @pytest.mark.parametrize(
     "argv, needle",
     [
@@ -171,7 +183,7 @@ def _parsers(parser, path=()):
 
 def test_every_help_exits_0(capsys):
     paths = [path for path, _ in _parsers(cli.build_parser())]
-    assert {("run", "gemm"), ("run", "reduce"), ("bench",), ("bringup",), ("numerics",), ("errata", "list"),
+    assert {("run", "gemm"), ("run", "reduce"), ("run", "softmax"), ("bench",), ("bringup",), ("numerics",), ("errata", "list"),
             ("errata", "measure")} <= set(paths)
     for path in paths:
         assert cli.main([*path, "--help"]) == cli.EXIT_OK, path

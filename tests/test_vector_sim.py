@@ -41,3 +41,27 @@ def test_elementwise_bit_exact(sim, tmp_path):
         assert r["vector_elems"] == words * SMALL_CHIP.lanes, r
     assert not failures, "\n".join(failures) + f"\nreproduce: FIRSTLIGHT_SEED={SEED} pytest tests/test_vector_sim.py -k {sim}"
     assert any(r["chunks"] > 1 for r in results), "no case ran in more than one chunk"
+
+
+def test_softmax_bit_exact(sim, tmp_path):
+    """Rows longer than one word, not a multiple of LANES, several chunks; -Inf entries, a row of
+    -Inf only (NaN, documented), large offsets and a very negative row; SQNR vs float64 on the
+    finite rows."""
+    from golden.metrics import sqnr_db
+    from golden.softmax import softmax_reference, softmax_rows
+
+    shapes = [(7, 13), (1, 1), (30, 5)]
+    results = run_job(jobs.softmax_job, {"seed": SEED, "shapes": shapes}, variant=VARIANT, sim=sim,
+                      work_dir=tmp_path).value
+    for r, (rows, cols) in zip(results, shapes):
+        x = jobs.softmax_inputs(SEED, rows, cols)
+        got = np.array(r["bits"], np.uint32).reshape(rows, cols)
+        want = softmax_rows(x, SMALL_CHIP.lanes).view(np.uint32)
+        assert np.array_equal(got, want), (f"softmax {rows}x{cols}: {int((got != want).sum())} lanes differ; "
+                                           f"reproduce: FIRSTLIGHT_SEED={SEED} pytest tests/test_vector_sim.py -k softmax")
+        ok = np.isfinite(x).any(axis=1)
+        if rows > 3:
+            assert np.isnan(got[3].view(np.float32)).all(), "a row of -Inf only is NaN"
+        sq = sqnr_db(softmax_reference(x[ok]), got[ok].view(np.float32).astype(np.float64))
+        assert sq > 120, f"softmax {rows}x{cols}: SQNR {sq:.1f} dB vs float64"
+    assert results[2]["chunks"] > 1

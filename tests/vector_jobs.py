@@ -48,3 +48,29 @@ async def elementwise_job(dev, emit, seed: int, cases: list) -> list[dict]:
                     "cycles": stats.cycles, "vector_busy": stats.vector_busy_cycles,
                     "vector_elems": stats.vector_elems, "chunks": stats.host["chunks"]})
     return out
+
+
+def softmax_inputs(seed: int, rows: int, cols: int) -> np.ndarray:
+    """Logits with a large offset on some rows, -Inf entries, one row of -Inf only and one very
+    negative row (exp of large negative numbers flushes)."""
+    rng = np.random.default_rng([seed, 90, rows, cols])
+    x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
+    x[1::3] += 1000.0
+    x.flat[2::11] = -np.inf
+    if rows > 3:
+        x[3] = -np.inf
+    if rows > 4:
+        x[4] -= 200.0
+    return x
+
+
+async def softmax_job(dev, emit, seed: int, shapes: list) -> list[dict]:
+    from kernels.softmax import softmax
+
+    mit = attach(dev, warn=False)
+    out = []
+    for rows, cols in shapes:
+        got, stats = await softmax(dev, softmax_inputs(seed, rows, cols), mitigations=mit)
+        out.append({"shape": [rows, cols], "bits": got.view(np.uint32).ravel().tolist(), "cycles": stats.cycles,
+                    "chunks": stats.host["chunks"], "bound": stats.bound, "roof_utilization": stats.roof_utilization})
+    return out

@@ -1,4 +1,4 @@
-"""``firstlight run gemm|reduce``: one kernel on seeded random data, checked against its golden."""
+"""``firstlight run gemm|reduce|softmax``: one kernel on seeded random data, checked against its golden."""
 
 from __future__ import annotations
 
@@ -83,6 +83,15 @@ def add_parser(subparsers) -> None:
     r.add_argument("--cols", type=positive, required=True)
     r.add_argument("--op", choices=["sum", "max", "min"], required=True)
     _add_run_options(r)
+    sm = run_sub.add_parser(
+        "softmax", help="fp32 row softmax on the reduction and vector units (max, subtract, exp, sum, reciprocal)",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Seeded N(0, 4^2) logits (--extremes: -Inf entries, offsets of +1000 and -200, a row of -Inf "
+                    "only). Checked bit for bit against golden/softmax.py (the same algorithm in numpy) and by "
+                    "SQNR against float64.")
+    sm.add_argument("--rows", type=positive, required=True, help="rows (each one softmax)")
+    sm.add_argument("--cols", type=positive, required=True, help="values per row")
+    _add_run_options(sm)
 
 
 def _policy(items: list[str]) -> dict[str, str]:
@@ -114,6 +123,11 @@ def cmd(args) -> int:
         job, kwargs = kernel_jobs.gemm_job, {"m": args.m, "n": args.n, "k": args.k,
                                              "double_buffer": args.double_buffer}
         shape = f"{args.m}x{args.n}x{args.k}"
+    elif args.kernel == "softmax":
+        if not variant.config.vector:
+            raise CannotStart("softmax needs the vector unit, and this chip is built without it")
+        job, kwargs = kernel_jobs.softmax_job, {"rows": args.rows, "cols": args.cols}
+        shape = f"{args.rows}x{args.cols}"
     else:
         job, kwargs = kernel_jobs.reduce_job, {"rows": args.rows, "cols": args.cols, "op": args.op}
         shape = f"{args.rows}x{args.cols} {args.op}"
@@ -158,12 +172,18 @@ def cmd(args) -> int:
         "total_s": total,
         "stats": st,
     }
+    if "sqnr_db" in v:  # kernels with an fp32 result: error against the float64 mathematics
+        out["sqnr_db"] = v["sqnr_db"]
     t = Table(show_header=False, box=None)
     t.add_row(*cells("result", plain(("PASS", "green"), " (bit-exact vs golden)") if v["passed"]
                      else plain(("FAIL", "red"), f" {v['mismatch']['count']} mismatches, first {v['mismatch']}")))
+    if v.get("sqnr_db") is not None:
+        t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
     t.add_row(*cells("cycles", f"{st['cycles']:,}"))
     t.add_row(*cells("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
-                     if args.kernel == "gemm" else f"{st['ideal_cycles']:,}  (one accumulator word per cycle)"))
+                     if args.kernel == "gemm" else f"{st['ideal_cycles']:,}  (one accumulator word per cycle)"
+                     if args.kernel == "reduce" else
+                     f"{st['ideal_cycles']:,}  (one word per cycle; compute roof: the units' passes over the row)"))
     t.add_row(*cells("utilisation", fmt_pct(st["utilization"]) + "  (of the compute roof)"))
     board = st["dram"]
     t.add_row(*cells("DRAM", f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, "

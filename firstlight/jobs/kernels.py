@@ -11,7 +11,7 @@ from kernels.reduce import reduce_rows
 
 from .checks import first_mismatch, int8_operands
 
-__all__ = ["gemm_job", "reduce_job", "bench_job"]
+__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "bench_job"]
 
 
 async def _traced(dev, trace: bool, run):
@@ -50,6 +50,37 @@ async def reduce_job(dev, emit, rows: int, cols: int, op: str, seed: int, extrem
     (got, stats), events = await _traced(dev, trace, lambda: reduce_rows(dev, x, op, mitigations=mit))
     mismatch = first_mismatch(got, golden.reduce_rows(x, op))
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events}
+
+
+def softmax_logits(rows: int, cols: int, seed: int, extremes: bool = False) -> np.ndarray:
+    """Seeded logits: N(0, 4^2); with ``extremes`` also -Inf entries, rows offset by +1000 and
+    by -200, and (from 4 rows) a row of -Inf only."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
+    if extremes:
+        x[1::3] += 1000.0
+        x[2::5] -= 200.0
+        x.flat[2::11] = -np.inf
+        if rows >= 4:
+            x[3] = -np.inf
+    return x
+
+
+async def softmax_job(dev, emit, rows: int, cols: int, seed: int, extremes: bool = False,
+                      errata_policy: dict | None = None, trace: bool = False) -> dict:
+    from golden.metrics import sqnr_db
+    from golden.softmax import softmax_reference, softmax_rows
+    from kernels.softmax import softmax
+
+    mit = workarounds.attach(dev, errata_policy)
+    x = softmax_logits(rows, cols, seed, extremes)
+    (got, stats), events = await _traced(dev, trace, lambda: softmax(dev, x, mitigations=mit))
+    want = softmax_rows(x, dev.config.lanes)  # the kernel's algorithm, bit for bit (NaN rows too)
+    mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
+    finite = np.isfinite(x).any(axis=1)  # rows of -Inf only have no softmax
+    sq = sqnr_db(softmax_reference(x[finite]), got[finite].astype(np.float64)) if finite.any() else None
+    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
+            "sqnr_db": sq}
 
 
 async def bench_job(dev, emit, shapes: list[list[int]], seed: int, errata_policy: dict | None = None,
