@@ -251,7 +251,8 @@ def domain_chunks(name: str, stride: int = 1) -> list[tuple[int, int, int]]:
     pieces = []
     halves = []
     if hi >= 0:
-        halves.append((0, int(np.float32(hi).view(np.uint32)) + 1))
+        first = int(np.float32(lo).view(np.uint32)) if lo > 0 else 0
+        halves.append((first, int(np.float32(hi).view(np.uint32)) + 1))
     if lo < 0:
         halves.append((1 << 31, int(np.float32(lo).view(np.uint32)) + 1))
     for first, stop in halves:
