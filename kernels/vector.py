@@ -22,11 +22,10 @@ import numpy as np
 
 from golden.vector import UNARY_OPS as UNARY
 from golden.vector import VEC_OPS
-from rtl.isa import VecB, VecOp, dma_load, dma_store, vec
-from rtl.memories import Region
+from rtl.isa import VecB, VecOp, vec
 from workarounds import Mitigations, Unit
 
-from .dma_stream import SEM
+from .acc_pass import acc_pass
 from .stats import KernelStats, Measure
 from .validate import check_matrix
 
@@ -107,7 +106,7 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
                          f"SRAM ({depth} words)")
     out = np.zeros_like(aw)
     code = VecOp[op.upper()]
-    host = {"commands": 0, "chunks": 0, "bytes_staged": 0}
+    host: dict = {}
     elems = rows * wpr * lanes
     b_bytes = 0 if b is None else 4 * b.size
     async with Measure(dev, "elementwise", rows * wpr, {"shape": [rows, cols], "op": op, "host": host},
@@ -129,15 +128,7 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
                 words_b[:, 0] = b[r0:r0 + n].view(np.uint32)
             else:
                 words_b = _words(b.reshape(1, -1), lanes).reshape(-1, lanes)
-            na, nb = len(words_a), len(words_b)
-            await dev.wait_idle(budget_cycles)
-            dev.dram.reset()
-            buf = dev.dram.alloc(4 * lanes * (na + nb), "operands")
-            res = dev.dram.alloc(4 * lanes * na, "result")
-            dev.dram_write(buf, np.concatenate([words_a, words_b]).astype("<u4"))
-            host["bytes_staged"] += 4 * lanes * (na + nb)
-            # One load (a, then b behind it), the VECs in place on a, one store.
-            cmds = [dma_load(Region.ACC, sram=0, dram=buf.addr, words=na + nb, signal=SEM["AUX"])]
+            na = len(words_a)
             if b is None:  # a unary op: b is not read
                 vecs = [dict(a=0, b=0, count=na, b_form=VecB.VECTOR)]
             elif broadcast == "none":
@@ -146,15 +137,9 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
                 vecs = [dict(a=r * wpr, b=na + r, count=wpr, b_form=VecB.SCALAR) for r in range(n)]
             else:
                 vecs = [dict(a=j * n, b=na + j, count=n, b_form=VecB.LANE) for j in range(wpr)]
-            for i, v in enumerate(vecs):
-                cmds.append(vec(code, dst=v["a"], wait=SEM["AUX"] if i == 0 else None,
-                                signal=SEM["AUX_FREE"] if i == len(vecs) - 1 else None, **v))
-            cmds.append(dma_store(sram=0, dram=res.addr, words=na, wait=SEM["AUX_FREE"]))
-            host["commands"] += len(cmds)
-            host["chunks"] += 1
-            await dev.submit(cmds, budget_cycles)
-            await dev.wait_idle(budget_cycles)
-            got = dev.dram_read(res).view("<u4").reshape(a_layout.shape)
+            body = [vec(code, dst=v["a"], **v) for v in vecs]
+            got = (await acc_pass(dev, np.concatenate([words_a, words_b]), body, na, host, budget_cycles)
+                   ).reshape(a_layout.shape)
             out[r0:r0 + n] = got.transpose(1, 0, 2) if broadcast == "col" else got
         await dev.check_no_error()
     meas.stats.add_errata(mitigations.report(VECTOR_UNITS))

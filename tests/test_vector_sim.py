@@ -65,3 +65,29 @@ def test_softmax_bit_exact(sim, tmp_path):
         sq = sqnr_db(softmax_reference(x[ok]), got[ok].view(np.float32).astype(np.float64))
         assert sq > 120, f"softmax {rows}x{cols}: SQNR {sq:.1f} dB vs float64"
     assert results[2]["chunks"] > 1
+
+
+def test_norms_bit_exact(sim, tmp_path):
+    """LayerNorm and RMSNorm: rows longer than a word and not a multiple of LANES, several chunks,
+    a zero-variance row (gives beta), a row offset by 1e4 (two passes keep it accurate), a zero row."""
+    from golden.metrics import sqnr_db
+    from golden.norms import layer_norm_reference, layer_norm_rows, rms_norm_reference, rms_norm_rows
+
+    cases = [("layer", 6, 10), ("rms", 6, 10), ("layer", 20, 3), ("rms", 1, 1)]
+    results = run_job(jobs.norm_job, {"seed": SEED, "shapes": cases}, variant=VARIANT, sim=sim,
+                      work_dir=tmp_path).value
+    for r, (kind, rows, cols) in zip(results, cases):
+        x, gamma, beta = jobs.norm_inputs(SEED, rows, cols)
+        got = np.array(r["bits"], np.uint32).reshape(rows, cols)
+        if kind == "layer":
+            want, ref = layer_norm_rows(x, gamma, beta, 1e-5, SMALL_CHIP.lanes), layer_norm_reference(x, gamma, beta, 1e-5)
+        else:
+            want, ref = rms_norm_rows(x, gamma, 1e-6, SMALL_CHIP.lanes), rms_norm_reference(x, gamma, 1e-6)
+        assert np.array_equal(got, want.view(np.uint32)), (
+            f"{kind}_norm {rows}x{cols}: {int((got != want.view(np.uint32)).sum())} lanes differ; reproduce: "
+            f"FIRSTLIGHT_SEED={SEED} pytest tests/test_vector_sim.py -k norms")
+        sq = sqnr_db(ref, got.view(np.float32).astype(np.float64))
+        assert sq > 90, f"{kind}_norm {rows}x{cols}: SQNR {sq:.1f} dB vs float64"
+        if kind == "layer" and rows > 2:
+            np.testing.assert_array_equal(got[2].view(np.float32), beta, err_msg="a constant row gives beta")
+    assert results[2]["chunks"] > 1

@@ -74,3 +74,35 @@ async def softmax_job(dev, emit, seed: int, shapes: list) -> list[dict]:
         out.append({"shape": [rows, cols], "bits": got.view(np.uint32).ravel().tolist(), "cycles": stats.cycles,
                     "chunks": stats.host["chunks"], "bound": stats.bound, "roof_utilization": stats.roof_utilization})
     return out
+
+
+def norm_inputs(seed: int, rows: int, cols: int):
+    """Rows with a large offset (|mean| >> std: where E[x^2] - E[x]^2 would cancel), a constant
+    row (zero variance), a zero row, ordinary rows; gamma and beta."""
+    rng = np.random.default_rng([seed, 91, rows, cols])
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    if rows > 1:
+        x[1] += 10000.0
+    if rows > 2:
+        x[2] = 7.5
+    if rows > 3:
+        x[3] = 0.0
+    gamma = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
+    beta = (0.5 * rng.standard_normal(cols)).astype(np.float32)
+    return x, gamma, beta
+
+
+async def norm_job(dev, emit, seed: int, shapes: list) -> list[dict]:
+    from kernels.norms import layer_norm, rms_norm
+
+    mit = attach(dev, warn=False)
+    out = []
+    for kind, rows, cols in shapes:
+        x, gamma, beta = norm_inputs(seed, rows, cols)
+        if kind == "layer":
+            got, stats = await layer_norm(dev, x, gamma, beta, 1e-5, mitigations=mit)
+        else:
+            got, stats = await rms_norm(dev, x, gamma, 1e-6, mitigations=mit)
+        out.append({"case": [kind, rows, cols], "bits": got.view(np.uint32).ravel().tolist(),
+                    "chunks": stats.host["chunks"], "cycles": stats.cycles})
+    return out

@@ -1,4 +1,4 @@
-"""``firstlight run gemm|reduce|softmax``: one kernel on seeded random data, checked against its golden."""
+"""``firstlight run gemm|reduce|softmax|layernorm|rmsnorm``: one kernel on seeded random data, checked against its golden."""
 
 from __future__ import annotations
 
@@ -92,6 +92,17 @@ def add_parser(subparsers) -> None:
     sm.add_argument("--rows", type=positive, required=True, help="rows (each one softmax)")
     sm.add_argument("--cols", type=positive, required=True, help="values per row")
     _add_run_options(sm)
+    for name, what, eps in (("layernorm", "LayerNorm: (x - mean) / sqrt(var + eps) * gamma + beta, two passes", 1e-5),
+                            ("rmsnorm", "RMSNorm: x / sqrt(mean(x^2) + eps) * gamma", 1e-6)):
+        nm = run_sub.add_parser(
+            name, help=f"fp32 row {what}", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+            description=f"{what}, on the reduction and vector units. Seeded N(0, 3^2) rows, gamma near 1 and beta "
+                        "near 0 (--extremes: rows offset by 1e4 and constant rows). Checked bit for bit against "
+                        "golden/norms.py (the same operations in numpy) and by SQNR against float64.")
+        nm.add_argument("--rows", type=positive, required=True, help="rows (each normalised on its own)")
+        nm.add_argument("--cols", type=positive, required=True, help="values per row (the length of gamma)")
+        nm.add_argument("--eps", type=float, default=eps, help=f"added to the variance (default {eps:g})")
+        _add_run_options(nm)
 
 
 def _policy(items: list[str]) -> dict[str, str]:
@@ -123,10 +134,16 @@ def cmd(args) -> int:
         job, kwargs = kernel_jobs.gemm_job, {"m": args.m, "n": args.n, "k": args.k,
                                              "double_buffer": args.double_buffer}
         shape = f"{args.m}x{args.n}x{args.k}"
-    elif args.kernel == "softmax":
+    elif args.kernel in ("softmax", "layernorm", "rmsnorm"):
         if not variant.config.vector:
-            raise CannotStart("softmax needs the vector unit, and this chip is built without it")
-        job, kwargs = kernel_jobs.softmax_job, {"rows": args.rows, "cols": args.cols}
+            raise CannotStart(f"{args.kernel} needs the vector unit, and this chip is built without it")
+        if args.kernel == "softmax":
+            job, kwargs = kernel_jobs.softmax_job, {"rows": args.rows, "cols": args.cols}
+        else:
+            if not (args.eps >= 0 and args.eps < float("inf")):
+                raise CannotStart(f"--eps must be a finite number >= 0, not {args.eps}")
+            job, kwargs = kernel_jobs.norm_job, {"kind": args.kernel[:-4], "rows": args.rows, "cols": args.cols,
+                                                 "eps": args.eps}
         shape = f"{args.rows}x{args.cols}"
     else:
         job, kwargs = kernel_jobs.reduce_job, {"rows": args.rows, "cols": args.cols, "op": args.op}

@@ -11,7 +11,7 @@ from kernels.reduce import reduce_rows
 
 from .checks import first_mismatch, int8_operands
 
-__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "bench_job"]
+__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "norm_job", "norm_inputs", "bench_job"]
 
 
 async def _traced(dev, trace: bool, run):
@@ -81,6 +81,42 @@ async def softmax_job(dev, emit, rows: int, cols: int, seed: int, extremes: bool
     sq = sqnr_db(softmax_reference(x[finite]), got[finite].astype(np.float64)) if finite.any() else None
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
             "sqnr_db": sq}
+
+
+def norm_inputs(rows: int, cols: int, seed: int, extremes: bool = False):
+    """Seeded rows N(0, 3^2), gamma near 1, beta near 0; with ``extremes`` also a row offset by
+    1e4 (where a one-pass variance would cancel) and a constant row (zero variance)."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    if extremes:
+        x[0::3] += 10000.0
+        x[1::3] = 7.5
+    gamma = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
+    beta = (0.5 * rng.standard_normal(cols)).astype(np.float32)
+    return x, gamma, beta
+
+
+async def norm_job(dev, emit, kind: str, rows: int, cols: int, seed: int, eps: float, extremes: bool = False,
+                   errata_policy: dict | None = None, trace: bool = False) -> dict:
+    """LayerNorm (``kind`` "layer") or RMSNorm ("rms") on seeded rows, against its kernel golden
+    (bit for bit) and float64 (SQNR)."""
+    from golden import norms
+    from golden.metrics import sqnr_db
+    from kernels.norms import layer_norm, rms_norm
+
+    mit = workarounds.attach(dev, errata_policy)
+    x, gamma, beta = norm_inputs(rows, cols, seed, extremes)
+    lanes = dev.config.lanes
+    if kind == "layer":
+        run = lambda: layer_norm(dev, x, gamma, beta, eps, mitigations=mit)  # noqa: E731
+        want, ref = norms.layer_norm_rows(x, gamma, beta, eps, lanes), norms.layer_norm_reference(x, gamma, beta, eps)
+    else:
+        run = lambda: rms_norm(dev, x, gamma, eps, mitigations=mit)  # noqa: E731
+        want, ref = norms.rms_norm_rows(x, gamma, eps, lanes), norms.rms_norm_reference(x, gamma, eps)
+    (got, stats), events = await _traced(dev, trace, run)
+    mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
+    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
+            "sqnr_db": sqnr_db(ref, got.astype(np.float64))}
 
 
 async def bench_job(dev, emit, shapes: list[list[int]], seed: int, errata_policy: dict | None = None,
