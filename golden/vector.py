@@ -22,7 +22,7 @@ import numpy as np
 
 from .special import exp_bits, recip_bits, rsqrt_bits
 
-__all__ = ["VEC_OPS", "UNARY_OPS", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats"]
+__all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats"]
 
 CANONICAL_NAN = 0x7FC00000
 VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt")  # the ops it knows
@@ -87,6 +87,24 @@ def vector_op(op: str, a, b=None) -> np.ndarray:
     with np.errstate(all="ignore"):
         r = {"fadd": np.add, "fsub": np.subtract, "fmul": np.multiply}[op](fa, fb, dtype=np.float32)
     return _canon(r)
+
+
+def to_int8(a, scale) -> np.ndarray:
+    """The CVT_I8 conversion: int8 of the fp32 product a * scale (RNE, as fmul), rounded to the
+    nearest integer with ties to even, saturated to [-128, 127]; NaN gives 0."""
+    p = floats(vector_op("fmul", a, scale))
+    with np.errstate(invalid="ignore"):
+        q = np.clip(np.rint(p), -128, 127)
+    return np.where(np.isnan(q), 0, q).astype(np.int8)
+
+
+def fold_words(op: str, words) -> np.ndarray:
+    """VEC with b FOLD: ``words`` (n, LANES) folded lane by lane, left to right, with ``op``."""
+    w = np.asarray(words, np.uint32)
+    acc = w[0].copy()
+    for i in range(1, len(w)):
+        acc = vector_op(op, acc, w[i])
+    return acc
 
 
 FP_REDUCE_OPS = ("fsum", "fmax")

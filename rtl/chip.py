@@ -273,6 +273,7 @@ class Chip(wiring.Component):
                 acc_rp_vu_a.addr.eq(vu.acc_rd_addr), vu.acc_rd_data.eq(acc_rp_vu_a.data),
                 acc_rp_vu_b.addr.eq(vu.b_rd_addr), vu.b_rd_data.eq(acc_rp_vu_b.data),
                 vu.start.eq(cmdp.vu_start), vu.op.eq(cmdp.vu_op), vu.b_form.eq(cmdp.vu_b_form),
+                vu.dst_sram.eq(cmdp.vu_dst_sram),
                 vu.a.eq(cmdp.vu_a), vu.b.eq(cmdp.vu_b), vu.count.eq(cmdp.vu_count), vu.dst.eq(cmdp.vu_dst),
                 cmdp.vu_busy.eq(vu.busy), cmdp.vu_done.eq(vu.finished),
             ]
@@ -341,7 +342,11 @@ class Chip(wiring.Component):
         # window (only while the units are idle). The DMA holds its word (and the bus) while it loses.
         acc_win_we = Signal()
         dma_wr = {n: dma_ld.wr_en & (dma_ld.wr_region == Region[n]) for n in LOAD_REGIONS}
-        m.d.comb += dma_ld.wr_ready.eq(~(dma_wr["ACC"] & (engine.acc_wr_en | reducer.acc_wr_en | vu_wr_en)))
+        # the vector unit's conversions write A or B words; the load DMA waits for those too
+        vu_op_wr = {"A": (vu.op_wr_en & ~vu.op_wr_b) if vu is not None else Const(0),
+                    "B": (vu.op_wr_en & vu.op_wr_b) if vu is not None else Const(0)}
+        m.d.comb += dma_ld.wr_ready.eq(~(dma_wr["ACC"] & (engine.acc_wr_en | reducer.acc_wr_en | vu_wr_en))
+                                       & ~(dma_wr["A"] & vu_op_wr["A"]) & ~(dma_wr["B"] & vu_op_wr["B"]))
         with m.If(engine.acc_wr_en):
             m.d.comb += [acc_wp.addr.eq(engine.acc_wr_addr), acc_wp.data.eq(engine.acc_wr_data),
                          acc_wp.en.eq(-1)]
@@ -358,9 +363,16 @@ class Chip(wiring.Component):
             m.d.comb += [acc_wp.addr.eq(win_word), acc_wp.data.eq(req_wdata.replicate(cfg.lanes)),
                          acc_wp.en.eq(1 << win_sub)]
 
-        for n in LOAD_REGIONS:  # the other SRAMs: the load DMA, else the window (in the FSM below)
+        for n in LOAD_REGIONS:  # the other SRAMs: the vector unit (A, B), the load DMA, else the window
             if n != "ACC":
                 wp = win_wp[Region[n]]
+                if n in vu_op_wr and vu is not None:
+                    with m.If(vu_op_wr[n]):
+                        m.d.comb += [wp.addr.eq(vu.op_wr_addr), wp.data.eq(vu.op_wr_data[:len(wp.data)]), wp.en.eq(-1)]
+                    with m.Elif(dma_wr[n]):
+                        m.d.comb += [wp.addr.eq(dma_ld.wr_addr), wp.data.eq(dma_ld.wr_data[:len(wp.data)]),
+                                     wp.en.eq(-1)]
+                    continue
                 with m.If(dma_wr[n]):
                     m.d.comb += [wp.addr.eq(dma_ld.wr_addr), wp.data.eq(dma_ld.wr_data[:len(wp.data)]),
                                  wp.en.eq(-1)]

@@ -31,7 +31,7 @@ from .board import BoardConfig
 from .config import ChipConfig
 from .csr_map import SEMAPHORES
 from .dma import DMA_ENTRY, LOAD_REGIONS, word_bytes
-from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp, VEC_UNARY, VecB, VecOp
+from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp, VEC_TO_OPERAND, VEC_UNARY, VecB, VecDst, VecOp
 from .memories import MEM, Region
 from .faults import FaultKind
 from .revisions import Defect
@@ -103,6 +103,7 @@ class CommandProcessor(wiring.Component):
                 "vu_start": Out(1),
                 "vu_op": Out(4),
                 "vu_b_form": Out(2),
+                "vu_dst_sram": Out(2),
                 "vu_a": Out(16),
                 "vu_b": Out(16),
                 "vu_count": Out(16),
@@ -171,7 +172,7 @@ class CommandProcessor(wiring.Component):
         dma_flags, stride_flags = cmd.flags.dma, cmd.flags.stride
         reserved = Mux(op == Opcode.MATMUL, (mm_flags.reserved != 0) | ((fmt_code == Format.INT8) & arg3_set),
                    Mux(op == Opcode.REDUCE, (rd_flags.reserved != 0) | arg3_set,
-                   Mux(is_vec, (vu_flags.reserved != 0) | arg3_set,
+                   Mux(is_vec, arg3_set,
                    Mux(is_dma, dma_flags.reserved != 0,
                    Mux(op == Opcode.DMA_STRIDE, (stride_flags.reserved != 0) | (k != 0) | (cmd.arg1 != 0),
                        (cmd.flags.bits != 0) | arg3_set)))))
@@ -230,17 +231,27 @@ class CommandProcessor(wiring.Component):
                 m.d.comb += err.eq(ErrCode.DST_RANGE)
         with m.Elif(is_vec):
             b_vector = vu_flags.b == VecB.VECTOR
-            with m.If(~Const(int(cfg.vector), 1) | (vu_flags.op > max(VecOp)) | (vu_flags.b > max(VecB))):
-                m.d.comb += err.eq(ErrCode.BAD_VEC_OP)
-            with m.Elif(k == 0):
-                m.d.comb += err.eq(ErrCode.BAD_LENGTH)
+            to_operand = 0
+            for c in VEC_TO_OPERAND:
+                to_operand = to_operand | (vu_flags.op == c)
             unary = 0
             for u in VEC_UNARY:
                 unary = unary | (vu_flags.op == u)
-            with m.Elif((cmd.arg0 + k > cfg.acc_depth) | (~unary & Mux(b_vector, cmd.arg1 + k > cfg.acc_depth,
-                                                                        cmd.arg1 >= cfg.acc_depth))):
+            fold = vu_flags.b == VecB.FOLD
+            reads_b = ~unary & ~fold  # (a conversion reads its scale from b)
+            dst_ok = Mux(to_operand, (vu_flags.dst == VecDst.B) | ((vu_flags.dst == VecDst.A) & (cfg.lanes == cfg.rows)),
+                         vu_flags.dst == VecDst.ACC)
+            fold_ok = ~(fold & (to_operand | unary))
+            dst_depth = Mux(vu_flags.dst == VecDst.ACC, cfg.acc_depth, cfg.operand_depth)
+            dst_words = Mux(fold, 1, k)
+            with m.If(~Const(int(cfg.vector), 1) | (vu_flags.op > max(VecOp)) | ~dst_ok | ~fold_ok):
+                m.d.comb += err.eq(ErrCode.BAD_VEC_OP)
+            with m.Elif(k == 0):
+                m.d.comb += err.eq(ErrCode.BAD_LENGTH)
+            with m.Elif((cmd.arg0 + k > cfg.acc_depth) | (reads_b & Mux(b_vector, cmd.arg1 + k > cfg.acc_depth,
+                                                                          cmd.arg1 >= cfg.acc_depth))):
                 m.d.comb += err.eq(ErrCode.SRC_RANGE)
-            with m.Elif(cmd.arg2 + k > cfg.acc_depth):
+            with m.Elif(cmd.arg2 + dst_words > dst_depth):
                 m.d.comb += err.eq(ErrCode.DST_RANGE)
         with m.Elif(is_dma):
             with m.If(~region_ok):
@@ -329,6 +340,7 @@ class CommandProcessor(wiring.Component):
             self.rd_dst.eq(cmd.arg2),
             self.vu_op.eq(vu_flags.op),
             self.vu_b_form.eq(vu_flags.b),
+            self.vu_dst_sram.eq(vu_flags.dst),
             self.vu_a.eq(cmd.arg0),
             self.vu_b.eq(cmd.arg1),
             self.vu_count.eq(k),

@@ -23,7 +23,7 @@ np_integer = numbers.Integral  # kernels pass numpy integers too
 
 __all__ = [
     "COMMAND_LAYOUT", "COMMAND_BITS", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
-    "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VEC_FLAGS", "VEC_UNARY",
+    "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VecDst", "VEC_FLAGS", "VEC_UNARY", "VEC_TO_OPERAND",
     "pack_command", "unpack_command", "decode", "opcode_of", "with_opcode", "field_of_bit",
     "matmul", "reduce", "vec", "fence", "nop", "dma_load", "dma_store", "dma_stride", "sync_of", "with_sync",
     "DMA_FLAGS", "STRIDE_FLAGS", "SYNC", "DmaQueue", "SEMAPHORES",
@@ -73,9 +73,11 @@ class VecOp(enum.IntEnum):
     EXP = 7  # e**x, documented algorithm and error bound (rtl/special.py; b unused)
     RECIP = 8  # 1/x (b unused)
     RSQRT = 9  # 1/sqrt(x) (b unused)
+    CVT_I8 = 10  # int8 of a * b, nearest even, saturating, NaN -> 0; into an operand SRAM word (dst A or B)
 
 
 VEC_UNARY = (VecOp.I2F, VecOp.RELU, VecOp.EXP, VecOp.RECIP, VecOp.RSQRT)  # b is neither read nor range-checked
+VEC_TO_OPERAND = (VecOp.CVT_I8,)  # write operand-SRAM words (VecDst.A or B); every other op writes ACC
 
 
 class VecB(enum.IntEnum):
@@ -84,6 +86,15 @@ class VecB(enum.IntEnum):
     VECTOR = 0  # word b + i for word a + i
     LANE = 1  # word b for every word: one value per lane (per column: a bias)
     SCALAR = 2  # lane 0 of word b for every lane of every word (per row: a row's max)
+    FOLD = 3  # no b: the count words of a folded lane by lane, left to right, into one word at dst
+
+
+class VecDst(enum.IntEnum):
+    """The SRAM a VEC writes: ACC for every op but the conversions, which write A or B words."""
+
+    ACC = 0
+    A = 1  # only where LANES == ROWS (an A word holds ROWS int8)
+    B = 2
 
 
 class ErrCode(enum.IntEnum):
@@ -120,7 +131,7 @@ MATMUL_FLAGS = data.StructLayout({"accumulate": 1, "fmt": 3, "reserved": 4})  # 
 REDUCE_FLAGS = data.StructLayout({"op": 3, "reserved": 5})  # op: ReduceOp
 DMA_FLAGS = data.StructLayout({"region": 3, "reserved": 5})  # region: rtl.memories.Region of the SRAM side
 STRIDE_FLAGS = data.StructLayout({"queue": 1, "reserved": 7})  # queue: DmaQueue
-VEC_FLAGS = data.StructLayout({"op": 4, "b": 2, "reserved": 2})  # op: VecOp; b: VecB
+VEC_FLAGS = data.StructLayout({"op": 4, "b": 2, "dst": 2})  # op: VecOp; b: VecB; dst: VecDst
 FLAGS = data.UnionLayout({"matmul": MATMUL_FLAGS, "reduce": REDUCE_FLAGS, "dma": DMA_FLAGS, "stride": STRIDE_FLAGS,
                           "vec": VEC_FLAGS, "bits": 8})
 # Every command may wait on one counting semaphore before it starts (taking one count) and signal
@@ -314,13 +325,16 @@ def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0, wait: 
                         arg2=dst, tag=tag, sync=_sync_bits(wait, signal))
 
 
-def vec(op: VecOp, *, a: int, count: int, dst: int, b: int = 0, b_form: VecB = VecB.VECTOR, tag: int = 0,
-        wait: int | None = None, signal: int | None = None, signal2: int | None = None) -> int:
+def vec(op: VecOp, *, a: int, count: int, dst: int, b: int = 0, b_form: VecB = VecB.VECTOR,
+        dst_sram: VecDst = VecDst.ACC, tag: int = 0, wait: int | None = None, signal: int | None = None,
+        signal2: int | None = None) -> int:
     """VEC: ``count`` accumulator words from ``a`` through ``op`` (with ``b`` read as ``b_form``
     says) into ``count`` words from ``dst``. ``dst`` may equal ``a`` (in place), and a broadcast
     ``b`` (LANE, SCALAR: read once, first) may lie in the destination; otherwise the destination
-    must not overlap the sources."""
-    return pack_command(Opcode.VEC, flags={"vec": {"op": int(VecOp(op)), "b": int(VecB(b_form))}}, length=count,
+    must not overlap the sources. ``b_form=FOLD`` folds the words into one at ``dst``; a
+    conversion (CVT_I8) writes ``count`` words of ``dst_sram`` (A or B) from ``dst``."""
+    flags = {"op": int(VecOp(op)), "b": int(VecB(b_form)), "dst": int(VecDst(dst_sram))}
+    return pack_command(Opcode.VEC, flags={"vec": flags}, length=count,
                         arg0=a, arg1=b, arg2=dst, tag=tag, sync=_sync_bits(wait, signal, signal2))
 
 

@@ -12,18 +12,43 @@ docs/numerics.md; ``golden/vector.py`` is its reference.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import ChipConfig
 from .fp32 import CANONICAL_NAN, fp32_add, fp32_max, fp32_min, fp32_mul, is_nan, round_to_fp32
-from .isa import VecB, VecOp
+from .isa import VecB, VecDst, VecOp
 from .ports import acc_port_members
 from .revisions import Defect
 from .special import fp32_exp, fp32_recip, fp32_rsqrt
 
 __all__ = ["VectorUnit"]
+
+
+def _to_int8(m: Module, v, name: str):
+    """int8 of fp32 ``v``: nearest, ties to even; saturating at -128 and 127; NaN -> 0."""
+    sign, e, frac = v[31], v[23:31], v[0:23]
+    mant = Cat(frac, Const(1, 1))
+    sh = Signal(5, name=f"{name}_sh")  # 150 - e for 126 <= e <= 133: 17..24
+    m.d.comb += sh.eq(150 - Mux(e < 126, 126, Mux(e > 133, 133, e)))
+    whole = Signal(9, name=f"{name}_whole")
+    m.d.comb += whole.eq(mant >> sh)
+    sh1 = Signal(5, name=f"{name}_sh1")
+    m.d.comb += sh1.eq(sh - 1)
+    rnd = (mant >> sh1)[0]
+    sticky = (mant & ((Const(1, 25) << sh1) - 1)[:24]) != 0
+    mag = Signal(10, name=f"{name}_mag")
+    m.d.comb += mag.eq(Mux(e < 126, 0, whole + (rnd & (sticky | whole[0]))))
+    big = e > 133  # |v| >= 256 (Inf included)
+    out = Signal(8, name=f"{name}_i8")
+    with m.If(is_nan(v)):
+        m.d.comb += out.eq(0)
+    with m.Elif(sign):
+        m.d.comb += out.eq(Mux(big | (mag >= 128), 0x80, (-mag)[:8]))
+    with m.Else():
+        m.d.comb += out.eq(Mux(big | (mag >= 127), 127, mag[:8]))
+    return out
 
 
 def _lane(m: Module, op: Signal, a, b, name: str):
@@ -39,11 +64,12 @@ def _lane(m: Module, op: Signal, a, b, name: str):
     exp = fp32_exp(m, a, name=f"{name}_exp")
     recip = fp32_recip(m, a, name=f"{name}_recip")
     rsqrt = fp32_rsqrt(m, a, name=f"{name}_rsqrt")
+    cvt_i8 = _to_int8(m, mul, name=f"{name}_cvt")  # of a * b
     out = Signal(32, name=f"{name}_out")
     with m.Switch(op):
         for code, value in ((VecOp.FADD, add), (VecOp.FSUB, sub), (VecOp.FMUL, mul), (VecOp.FMAX, mx),
                             (VecOp.FMIN, mn), (VecOp.I2F, i2f), (VecOp.RELU, relu), (VecOp.EXP, exp), (VecOp.RECIP, recip),
-                            (VecOp.RSQRT, rsqrt)):
+                            (VecOp.RSQRT, rsqrt), (VecOp.CVT_I8, cvt_i8)):
             with m.Case(code):
                 m.d.comb += out.eq(value)
     return out
@@ -75,6 +101,7 @@ class VectorUnit(wiring.Component):
                 "start": In(1),
                 "op": In(4),
                 "b_form": In(2),
+                "dst_sram": In(2),  # VecDst
                 "a": In(16),
                 "b": In(16),
                 "count": In(16),
@@ -86,6 +113,11 @@ class VectorUnit(wiring.Component):
                 "b_rd_addr": Out(cw),
                 "b_rd_data": In(config.acc_word_bits),
                 **acc_port_members(config),
+                # conversions: words of LANES int8 into the A or B SRAM
+                "op_wr_en": Out(1),
+                "op_wr_b": Out(1),  # 1: B, 0: A
+                "op_wr_addr": Out(16),
+                "op_wr_data": Out(8 * config.lanes),
             }
         )
 
@@ -93,12 +125,13 @@ class VectorUnit(wiring.Component):
         m = Module()
         lanes = self.config.lanes
 
-        op, b_form = Signal(4), Signal(2)
+        op, b_form, dst_sram = Signal(4), Signal(2), Signal(2)
         a_ptr, b_ptr, dst = Signal(16), Signal(16), Signal(16)
         left = Signal(17)
         running = Signal()
         with m.If(self.start & ~self.busy):
-            m.d.sync += [op.eq(self.op), b_form.eq(self.b_form), a_ptr.eq(self.a), b_ptr.eq(self.b),
+            m.d.sync += [op.eq(self.op), b_form.eq(self.b_form), dst_sram.eq(self.dst_sram), a_ptr.eq(self.a),
+                         b_ptr.eq(self.b),
                          left.eq(self.count), dst.eq(self.dst), running.eq(1)]
 
         issue = Signal()
@@ -121,19 +154,31 @@ class VectorUnit(wiring.Component):
             m.d.sync += b_hold.eq(self.b_rd_data)
         b_word = Mux((b_form == VecB.VECTOR) | first1, self.b_rd_data, b_hold)
         scalar = b_word[:32]
+        fold = b_form == VecB.FOLD
+        # FOLD: the running result (the stage register ``res``) is the first operand, the word
+        # read the second; the first word passes through
+        res, v2, last2, w_addr = Signal(len(self.acc_wr_data)), Signal(), Signal(), Signal(16)
         outs = []
         for j in range(lanes):
             a_j = self.acc_rd_data.word_select(j, 32)
             b_j = Mux(b_form == VecB.SCALAR, scalar, b_word.word_select(j, 32))
-            outs.append(_lane(m, op, a_j, b_j, f"lane{j}"))
-        res, v2, last2, w_addr = Signal(len(self.acc_wr_data)), Signal(), Signal(), Signal(16)
-        m.d.sync += [res.eq(Cat(*outs)), v2.eq(v1), last2.eq(last1)]
+            x_j = Mux(fold, res.word_select(j, 32), a_j)
+            y_j = Mux(fold, a_j, b_j)
+            outs.append(_lane(m, op, x_j, y_j, f"lane{j}"))
+        to_operand = dst_sram != VecDst.ACC
         with m.If(v1):
+            m.d.sync += res.eq(Mux(fold & first1, self.acc_rd_data,
+                                   Mux(to_operand, Cat(*[o[:8] for o in outs]), Cat(*outs))))
+        m.d.sync += [v2.eq(v1), last2.eq(last1)]
+        with m.If(v1 & ~fold):
             m.d.sync += dst.eq(dst + 1)
         m.d.sync += w_addr.eq(dst)
 
-        # stage 2: write
-        m.d.comb += [self.acc_wr_en.eq(v2), self.acc_wr_addr.eq(w_addr), self.acc_wr_data.eq(res),
+        # stage 2: write (a FOLD writes once, after its last word)
+        write = v2 & (~fold | last2)
+        m.d.comb += [self.acc_wr_en.eq(write & ~to_operand), self.acc_wr_addr.eq(w_addr), self.acc_wr_data.eq(res),
+                     self.op_wr_en.eq(write & to_operand), self.op_wr_b.eq(dst_sram == VecDst.B),
+                     self.op_wr_addr.eq(w_addr), self.op_wr_data.eq(res[:8 * lanes]),
                      self.elems.eq(Mux(v2, lanes, 0))]
         with m.If(v2 & last2):
             m.d.sync += running.eq(0)

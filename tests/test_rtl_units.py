@@ -1066,13 +1066,17 @@ BAD_COMMANDS = {
     "nop_arg3": (pack_command(Opcode.NOP, arg3=1, tag=12), ErrCode.RESERVED_NONZERO),
     "matmul_arg3": (pack_command(Opcode.MATMUL, length=1, arg3=0x8000, tag=13), ErrCode.RESERVED_NONZERO),
     "vec_op15": (pack_command(Opcode.VEC, flags=15, length=1, tag=14), ErrCode.BAD_VEC_OP),
-    "vec_b_form3": (pack_command(Opcode.VEC, flags=3 << 4, length=1, tag=15), ErrCode.BAD_VEC_OP),
+    "vec_fold_unary": (pack_command(Opcode.VEC, flags=5 | 3 << 4, length=1, tag=15), ErrCode.BAD_VEC_OP),
+    "vec_cvt_into_acc": (pack_command(Opcode.VEC, flags=10, length=1, tag=23), ErrCode.BAD_VEC_OP),
+    "vec_dst3": (pack_command(Opcode.VEC, flags=3 << 6, length=1, tag=24), ErrCode.BAD_VEC_OP),
+    "vec_cvt_b_range": (pack_command(Opcode.VEC, flags=10 | 2 << 6, length=2, arg2=_D - 1, tag=25),
+                        ErrCode.DST_RANGE),
     "vec_k0": (pack_command(Opcode.VEC, length=0, tag=16), ErrCode.BAD_LENGTH),
     "vec_a_range": (pack_command(Opcode.VEC, length=2, arg0=_D - 1, tag=17), ErrCode.SRC_RANGE),
     "vec_b_range": (pack_command(Opcode.VEC, length=2, arg1=_D - 1, tag=18), ErrCode.SRC_RANGE),
     "vec_b_scalar_range": (pack_command(Opcode.VEC, flags=2 << 4, length=2, arg1=_D, tag=19), ErrCode.SRC_RANGE),
     "vec_dst_range": (pack_command(Opcode.VEC, length=2, arg2=_D - 1, tag=20), ErrCode.DST_RANGE),
-    "vec_reserved": (pack_command(Opcode.VEC, flags=1 << 6, length=1, tag=21), ErrCode.RESERVED_NONZERO),
+    "vec_fadd_into_a": (pack_command(Opcode.VEC, flags=1 << 6, length=1, tag=21), ErrCode.BAD_VEC_OP),
     "vec_arg3": (pack_command(Opcode.VEC, length=1, arg3=1, tag=22), ErrCode.RESERVED_NONZERO),
 }
 GOOD_BOUNDARY_COMMANDS = {
@@ -1086,6 +1090,8 @@ GOOD_BOUNDARY_COMMANDS = {
     "vec_top": pack_command(Opcode.VEC, length=2, arg0=_D - 2, arg1=_D - 2, arg2=_D - 2),
     "vec_scalar_b_top": pack_command(Opcode.VEC, flags=2 << 4, length=_D, arg1=_D - 1),
     "vec_unary_b_unchecked": pack_command(Opcode.VEC, flags=5, length=_D, arg1=0xFFFF),  # I2F reads no b
+    "vec_fold_whole_acc": pack_command(Opcode.VEC, flags=3 << 4, length=_D, arg1=0xFFFF, arg2=_D - 1),
+    "vec_cvt_b_top": pack_command(Opcode.VEC, flags=10 | 2 << 6, length=2, arg2=_D - 2),
 }
 
 

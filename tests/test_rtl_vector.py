@@ -13,7 +13,7 @@ from amaranth.sim import Simulator
 from conftest import SEED
 from golden.vector import vector_op
 from rtl.config import ChipConfig
-from rtl.isa import VecB, VecOp
+from rtl.isa import VecB, VecDst, VecOp
 from rtl.vector import VectorUnit
 
 SPECIAL = np.array([0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x00800000, 0x3F800000, 0xBF800000,
@@ -26,16 +26,20 @@ class _Harness(Elaboratable):
         self.cfg = cfg
         self.unit = VectorUnit(cfg)
         self.acc_mem = Memory(shape=cfg.acc_word_bits, depth=cfg.acc_depth, init=[])
+        self.b_mem = Memory(shape=8 * cfg.lanes, depth=cfg.operand_depth, init=[])  # the B SRAM (conversions)
 
     def elaborate(self, platform):
         m = Module()
         u = self.unit
         m.submodules.unit = u
         m.submodules.acc_mem = self.acc_mem
+        m.submodules.b_mem = self.b_mem
         ra, rb, wp = self.acc_mem.read_port(), self.acc_mem.read_port(), self.acc_mem.write_port()
+        bw = self.b_mem.write_port()
         m.d.comb += [ra.addr.eq(u.acc_rd_addr), u.acc_rd_data.eq(ra.data), rb.addr.eq(u.b_rd_addr),
                      u.b_rd_data.eq(rb.data), wp.addr.eq(u.acc_wr_addr), wp.data.eq(u.acc_wr_data),
-                     wp.en.eq(u.acc_wr_en)]
+                     wp.en.eq(u.acc_wr_en), bw.addr.eq(u.op_wr_addr), bw.data.eq(u.op_wr_data),
+                     bw.en.eq(u.op_wr_en & u.op_wr_b)]
         return m
 
 
@@ -43,12 +47,13 @@ def _word(lanes_bits) -> int:
     return sum(int(v) << (32 * j) for j, v in enumerate(lanes_bits))
 
 
-def run_vec(cfg: ChipConfig, acc: np.ndarray, cmds: list[tuple]) -> tuple[np.ndarray, list[int]]:
+def run_vec(cfg: ChipConfig, acc: np.ndarray, cmds: list[tuple], dst_sram: VecDst = VecDst.ACC,
+            out: dict | None = None) -> tuple[np.ndarray, list[int]]:
     """Run VECs (op, b_form, a, b, count, dst) one after another; the ACC after, and each one's
-    busy cycles."""
+    busy cycles (``out["b"]``: the B SRAM's words after, when given)."""
     h = _Harness(cfg)
     u = h.unit
-    out: dict = {}
+    out = {} if out is None else out
 
     async def tb(ctx):
         for r in range(cfg.acc_depth):
@@ -56,7 +61,7 @@ def run_vec(cfg: ChipConfig, acc: np.ndarray, cmds: list[tuple]) -> tuple[np.nda
         cycles = []
         for n, (op, form, a, b, count, dst) in enumerate(cmds):
             for name, v in (("op", int(op)), ("b_form", int(form)), ("a", a), ("b", b), ("count", count),
-                            ("dst", dst)):
+                            ("dst", dst), ("dst_sram", int(dst_sram))):
                 ctx.set(getattr(u, name), v)
             ctx.set(u.start, 1)
             await ctx.tick()
@@ -70,6 +75,7 @@ def run_vec(cfg: ChipConfig, acc: np.ndarray, cmds: list[tuple]) -> tuple[np.nda
         out["acc"] = np.array([[(ctx.get(h.acc_mem.data[r]) >> (32 * j)) & 0xFFFFFFFF for j in range(cfg.lanes)]
                                for r in range(cfg.acc_depth)], np.uint32)
         out["cycles"] = cycles
+        out["b"] = [ctx.get(h.b_mem.data[r]) for r in range(cfg.operand_depth)]
 
     sim = Simulator(h)
     sim.add_clock(1e-6)
@@ -104,7 +110,7 @@ def _random_acc(rng, depth: int, lanes: int) -> np.ndarray:
     return acc
 
 
-@pytest.mark.parametrize("op", list(VecOp), ids=lambda o: o.name)
+@pytest.mark.parametrize("op", [o for o in VecOp if o != VecOp.CVT_I8], ids=lambda o: o.name)
 def test_vector_op_matches_golden(op):
     rng = np.random.default_rng([SEED, 60, int(op)])
     acc = _random_acc(rng, CFG.acc_depth, CFG.lanes)
@@ -140,3 +146,40 @@ def test_vector_i2f_integers():
     cmds = [(VecOp.I2F, VecB.VECTOR, 0, 0, 4, 8)]
     got, _ = run_vec(CFG, acc, cmds)
     assert np.array_equal(got[8:12], expected(acc, cmds)[8:12]), got[8:12]
+
+
+def test_vector_cvt_i8_into_b():
+    """CVT_I8 with a scalar scale into B words: rounding ties to even, saturation both ways, NaN."""
+    from golden.vector import to_int8
+
+    rng = np.random.default_rng([SEED, 62])
+    vals = (rng.standard_normal((8, CFG.lanes)) * 60).astype(np.float32)
+    vals.flat[:12] = [0.5, 1.5, 2.5, -0.5, -1.5, 127.5, -128.5, 300.0, -300.0, np.nan, np.inf, -np.inf]
+    acc = np.zeros((CFG.acc_depth, CFG.lanes), np.uint32)
+    acc[:8] = vals.view(np.uint32)
+    acc[20, 0] = np.float32(1.0).view(np.uint32)  # the scale (lane 0, SCALAR)
+    acc[21, 0] = np.float32(0.75).view(np.uint32)
+    out: dict = {}
+    run_vec(CFG, acc, [(VecOp.CVT_I8, VecB.SCALAR, 0, 20, 8, 3), (VecOp.CVT_I8, VecB.SCALAR, 0, 21, 8, 30)],
+            dst_sram=VecDst.B, out=out)
+    got = np.array([[(w >> (8 * j)) & 0xFF for j in range(CFG.lanes)] for w in out["b"]], np.uint8).view(np.int8)
+    np.testing.assert_array_equal(got[3:11], to_int8(acc[:8], acc[20, 0]), err_msg="scale 1.0")
+    np.testing.assert_array_equal(got[30:38], to_int8(acc[:8], acc[21, 0]), err_msg="scale 0.75")
+    assert got[3].tolist() == [0, 2, 2, 0], got[3]  # ties to even
+
+
+@pytest.mark.parametrize("op", [VecOp.FADD, VecOp.FMAX, VecOp.FMUL], ids=lambda o: o.name)
+def test_vector_fold(op):
+    """FOLD: count words into one, lane by lane, left to right; one write, at dst."""
+    from golden.vector import fold_words
+
+    rng = np.random.default_rng([SEED, 63, int(op)])
+    acc = rng.standard_normal((CFG.acc_depth, CFG.lanes)).astype(np.float32).view(np.uint32)
+    acc[5, 2] = np.float32(-np.inf).view(np.uint32)
+    before = acc.copy()
+    got, cycles = run_vec(CFG, acc, [(op, VecB.FOLD, 2, 0, 11, 40), (op, VecB.FOLD, 50, 0, 1, 51)])
+    np.testing.assert_array_equal(got[40], fold_words(op.name.lower(), before[2:13]))
+    np.testing.assert_array_equal(got[51], before[50])
+    changed = np.flatnonzero((got != before).any(axis=1))
+    assert set(changed) <= {40, 51}, changed
+    assert cycles == [11 + 2, 1 + 2], cycles
