@@ -12,7 +12,7 @@ from __future__ import annotations
 from rtl.csr_map import SEMAPHORES
 from rtl.isa import nop
 
-__all__ = ["SEM", "Ledger"]
+__all__ = ["SEM", "ATTN_SEM", "Ledger"]
 
 # The GEMM family's semaphores. The DMA queues and the engine each complete in order, so one
 # counting semaphore per purpose pairs the k-th wait with the k-th signal: LOADED (a chunk's loads
@@ -20,6 +20,11 @@ __all__ = ["SEM", "Ledger"]
 # MATMUL is done), C_FREE (its store has read it), AUX/AUX_FREE (a fused kernel's own).
 SEM = {"LOADED": 0, "FREE": 1, "C_READY": 4, "C_FREE": 5, "AUX": 6, "AUX_FREE": 7}
 assert len(set(SEM.values())) == len(SEM) <= SEMAPHORES
+# Flash attention's (kernels/attention.py): a K tile (and its mask) landed / its MATMULs and the
+# VEC that reads the mask are done; the same for the V tile; a query block's Q landed / done; the
+# block's output is final / its store has read it.
+ATTN_SEM = {"K_RDY": 0, "K_FREE": 1, "V_RDY": 2, "V_FREE": 3, "Q_RDY": 4, "Q_FREE": 5, "O_FREE": 6, "O_RDY": 7}
+assert len(set(ATTN_SEM.values())) == len(ATTN_SEM) <= SEMAPHORES
 
 
 class Ledger:

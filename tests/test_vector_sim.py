@@ -9,6 +9,7 @@ import pytest
 
 from conftest import SEED, SMALL_CHIP
 from cosim.build import Variant
+from rtl.config import ChipConfig
 from cosim.jobs import run_job
 from golden.vector import vector_op
 
@@ -91,3 +92,31 @@ def test_norms_bit_exact(sim, tmp_path):
         if kind == "layer" and rows > 2:
             np.testing.assert_array_equal(got[2].view(np.float32), beta, err_msg="a constant row gives beta")
     assert results[2]["chunks"] > 1
+
+
+ATTN_VARIANT = Variant(config=ChipConfig(formats=("int8",), operand_depth=256, acc_depth=256, cmdq_depth=64),
+                       revision="B1")
+
+
+def test_attention_bit_exact(sim, tmp_path):
+    """Flash attention against its kernel golden, bit for bit: a sequence that is not a multiple
+    of the key tile or the query block, causal and not, one and several query blocks; SQNR vs
+    float64 as the int8 recipe allows."""
+    from golden.attention import AttentionPlan, attention_reference, attention_rows, quantize_qkv
+    from golden.metrics import sqnr_db
+
+    cases = [(13, 8, False, 8, 8), (13, 8, True, 8, 8), (6, 5, True, 4, 4)]
+    results = run_job(jobs.attention_job, {"seed": SEED, "cases": cases}, variant=ATTN_VARIANT, sim=sim,
+                      work_dir=tmp_path).value
+    cfg = ATTN_VARIANT.config
+    for r, (seq, dim, causal, bq, tk) in zip(results, cases):
+        q, k, v = jobs.attention_inputs(SEED, seq, dim)
+        plan = AttentionPlan(seq, dim, cfg.lanes, cfg.rows, bq, tk, causal)
+        want = attention_rows(*quantize_qkv(q, k, v), plan)
+        got = np.array(r["bits"], np.uint32).reshape(seq, dim)
+        bad = got != want.view(np.uint32)
+        assert not bad.any(), (f"attention {r['case']}: {int(bad.sum())} of {bad.size} differ, first at "
+                               f"{np.argwhere(bad)[0].tolist()}; reproduce: FIRSTLIGHT_SEED={SEED} pytest "
+                               f"tests/test_vector_sim.py -k 'attention and {sim}'")
+        sq = sqnr_db(attention_reference(q, k, v, causal), got.view(np.float32).astype(np.float64))
+        assert sq > 25, f"attention {r['case']}: SQNR {sq:.1f} dB"

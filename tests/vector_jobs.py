@@ -106,3 +106,22 @@ async def norm_job(dev, emit, seed: int, shapes: list) -> list[dict]:
         out.append({"case": [kind, rows, cols], "bits": got.view(np.uint32).ravel().tolist(),
                     "chunks": stats.host["chunks"], "cycles": stats.cycles})
     return out
+
+
+def attention_inputs(seed: int, seq: int, dim: int):
+    rng = np.random.default_rng([seed, 92, seq, dim])
+    return tuple(rng.standard_normal((seq, dim)).astype(np.float32) for _ in range(3))
+
+
+async def attention_job(dev, emit, seed: int, cases: list) -> list[dict]:
+    from kernels.attention import attention
+
+    mit = attach(dev, warn=False)
+    out = []
+    for seq, dim, causal, bq, tk in cases:
+        q, k, v = attention_inputs(seed, seq, dim)
+        got, stats = await attention(dev, q, k, v, causal=causal, mitigations=mit, bq=bq, tk=tk)
+        out.append({"case": [seq, dim, causal, bq, tk], "bits": got.view(np.uint32).ravel().tolist(),
+                    "cycles": stats.cycles, "plan": stats.plan, "bound": stats.bound,
+                    "roof_utilization": stats.roof_utilization})
+    return out
