@@ -25,7 +25,7 @@ from .special import exp_bits, recip_bits, rsqrt_bits
 __all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats"]
 
 CANONICAL_NAN = 0x7FC00000
-VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt")  # the ops it knows
+VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt", "deq", "expsub")
 UNARY_OPS = ("i2f", "relu", "exp", "recip", "rsqrt")
 
 
@@ -80,6 +80,10 @@ def vector_op(op: str, a, b=None) -> np.ndarray:
         return out
     if b is None:
         raise ValueError(f"vector op {op!r} takes a second operand b")
+    if op == "deq":  # the two steps, each rounded
+        return vector_op("fmul", vector_op("i2f", a), b)
+    if op == "expsub":
+        return vector_op("exp", vector_op("fsub", a, b))
     b = np.broadcast_to(np.asarray(b, np.uint32), a.shape)
     if op in ("fmax", "fmin"):
         return _pick(a, np.ascontiguousarray(b), op == "fmax")

@@ -41,10 +41,13 @@ __all__ = ["attention", "plan_attention", "attention_stream"]
 ATTN_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC, Unit.DMA)
 
 
+MAX_MASKS = 2  # distinct masks kept in ACC for the whole kernel (causal: the diagonal tile, and the last one)
+
+
 def _acc_layout(plan: AttentionPlan, dp: int) -> dict[str, int]:
     nq, tk = plan.nq, plan.tk
     lay, at = {}, 0
-    for name, n in (("ST", nq * tk), ("O", nq * dp), ("T", nq * dp), ("MASK", nq * tk), ("M0", nq), ("M1", nq),
+    for name, n in (("ST", nq * tk), ("O", nq * dp), ("T", nq * dp), ("MASK", MAX_MASKS * nq * tk), ("M0", nq), ("M1", nq),
                     ("MT", nq), ("AL", nq), ("L", nq), ("LT", nq), ("CONST", 3)):
         lay[name] = at
         at += n
@@ -69,25 +72,31 @@ def plan_attention(cfg, seq: int, dim: int, causal: bool, bq: int | None = None,
         t = tk or rows
         if b % lanes or t % rows or b < 1 or t < 1:
             raise ValueError(f"bq must be a multiple of LANES ({lanes}) and tk of ROWS ({rows}); got bq={b}, tk={t}")
+        if causal and b != t:
+            raise ValueError(f"a causal plan needs bq == tk (one diagonal mask for every block); got bq={b}, tk={t}")
         if not fits(b, t):
             raise ValueError(f"bq={b}, tk={t} with head dim {dim} do not fit the SRAMs of this chip")
         return AttentionPlan(seq, dim, lanes, rows, b, t, causal)
     best = None
-    for b in range(lanes, 8 * lanes + 1, lanes):  # more queries per block: fewer K/V passes
-        for t in range(rows, 16 * rows + 1, rows):
-            if fits(b, t) and (best is None or (b * t, b) > (best[0] * best[1], best[0])):
+    step = lanes * rows // __import__("math").gcd(lanes, rows)
+    for b in range(lanes, 16 * lanes + 1, lanes):  # more queries per block: fewer passes over K and V
+        for t in ((b,) if causal else range(rows, 16 * rows + 1, rows)):
+            if causal and b % step:
+                continue
+            if fits(b, t) and (best is None or (b, t) > best):
                 best = (b, t)
     if best is None:
         raise ValueError(f"head dim {dim} does not fit this chip's SRAMs even with one query tile and one key tile "
                          f"(operand depth {cfg.operand_depth}, accumulator depth {cfg.acc_depth})")
-    b = min(best[0], -(-seq // lanes) * lanes)  # no block larger than the (padded) sequence
-    t = min(best[1], -(-seq // rows) * rows)
+    b = min(best[0], -(-seq // step) * step if causal else -(-seq // lanes) * lanes)  # no larger than the sequence
+    t = b if causal else min(best[1], -(-seq // rows) * rows)
     return AttentionPlan(seq, dim, lanes, rows, b, t, causal)
 
 
 def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[int]:
     """The whole attention as one command stream; ``addr``: DRAM addresses of the packed
-    operands, constants and output; ``masks``: (block, tile) -> DRAM address of its mask."""
+    operands, constants, masks (``addr["masks"]``: one after the other) and output; ``masks``:
+    (block, tile) -> which of the distinct masks (loaded once, kept in ACC) the pair adds."""
     R, L = cfg.rows, cfg.lanes
     nq, tk = plan.nq, plan.tk
     dp = plan.dim_pad
@@ -97,6 +106,9 @@ def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[
     led = Ledger()
     out = [dma_stride(DmaQueue.LOAD, sram=tk, dram=plan.seq_k * R),  # the V^T tile's rows (one per panel)
            dma_load(Region.ACC, sram=A["CONST"], dram=addr["const"], words=3)]
+    n_masks = len(set(masks.values()))
+    if n_masks:
+        out.append(dma_load(Region.ACC, sram=A["MASK"], dram=addr["masks"], words=n_masks * nq * tk))
     blocks = plan.blocks()
     n_words = nq * tk
     first_tile = True
@@ -110,10 +122,7 @@ def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[
             mask = (bi, ti) in masks
             kw = None if first_tile else led.queue_wait(SEM["K_FREE"])
             out.append(dma_load(Region.A, sram=k_a, dram=addr["k"] + (k0 // R) * dp * R, words=(tk // R) * dp,
-                                wait=kw, signal=None if mask else SEM["K_RDY"]))
-            if mask:
-                out.append(dma_load(Region.ACC, sram=A["MASK"], dram=masks[(bi, ti)], words=n_words,
-                                    signal=SEM["K_RDY"]))
+                                wait=kw, signal=SEM["K_RDY"]))
             led.signal(SEM["K_RDY"])
             vw = None if first_tile else led.queue_wait(SEM["V_FREE"])
             out.append(dma_load(Region.A, sram=v_a, dram=addr["v"] + k0 * R, words=tk, rows=dp // R, wait=vw,
@@ -128,15 +137,14 @@ def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[
                 for r in range(tk // R):
                     out.append(matmul(a=k_a + r * dp, b=qb + t * dp, c=A["ST"] + t * tk + r * R, k=dp, wait=wait))
                     wait = None
-            # S = fp32(S^T) * s_qk (+ mask); the K tile, the mask (and, last, Q) are then free
+            # S = fp32(S^T) * s_qk (+ mask); the K tile (and, last, Q) are then free
             free = (SEM["K_FREE"], SEM["Q_FREE"] if last_tile else None)
-            out.append(vec(VecOp.I2F, a=A["ST"], count=n_words, dst=A["ST"]))
-            out.append(vec(VecOp.FMUL, a=A["ST"], b=A["CONST"], b_form=VecB.SCALAR, count=n_words, dst=A["ST"],
-                           **({} if mask else {"signal": free[0], "signal2": free[1]})))
-            if mask:
-                out.append(vec(VecOp.FADD, a=A["ST"], b=A["MASK"], count=n_words, dst=A["ST"], signal=free[0],
-                               signal2=free[1]))
+            out.append(vec(VecOp.DEQ, a=A["ST"], b=A["CONST"], b_form=VecB.SCALAR, count=n_words, dst=A["ST"],
+                           signal=free[0], signal2=free[1]))
             led.signal(*free)
+            if mask:
+                out.append(vec(VecOp.FADD, a=A["ST"], b=A["MASK"] + masks[(bi, ti)] * n_words, count=n_words,
+                               dst=A["ST"]))
             # running max and the rescale factor
             m_cur, m_prev = (A["M0"], A["M1"]) if ti % 2 == 0 else (A["M1"], A["M0"])
             if ti == 0:
@@ -148,9 +156,8 @@ def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[
                 out.append(vec(VecOp.FSUB, a=m_prev, b=m_cur, count=nq, dst=A["AL"]))
                 out.append(vec(VecOp.EXP, a=A["AL"], count=nq, dst=A["AL"]))
             # P = exp(S - m); its sum
-            out += [vec(VecOp.FSUB, a=A["ST"] + t * tk, b=m_cur + t, b_form=VecB.LANE, count=tk, dst=A["ST"] + t * tk)
-                    for t in range(nq)]
-            out.append(vec(VecOp.EXP, a=A["ST"], count=n_words, dst=A["ST"]))
+            out += [vec(VecOp.EXPSUB, a=A["ST"] + t * tk, b=m_cur + t, b_form=VecB.LANE, count=tk,
+                        dst=A["ST"] + t * tk) for t in range(nq)]
             if ti == 0:
                 out += [vec(VecOp.FADD, a=A["ST"] + t * tk, count=tk, dst=A["L"] + t, b_form=VecB.FOLD) for t in range(nq)]
             else:
@@ -166,14 +173,15 @@ def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[
                 for i in range(dp // R):
                     out.append(matmul(a=v_a + i * tk, b=pb + t * tk, c=A["T"] + t * dp + i * R, k=tk, wait=wait))
                     wait = None
-            out.append(vec(VecOp.I2F, a=A["T"], count=nq * dp, dst=A["T"], signal=SEM["V_FREE"]))
-            led.signal(SEM["V_FREE"])
             if ti == 0:
                 ow = led.stream_wait(SEM["O_FREE"]) if bi else None
-                out.append(vec(VecOp.FMUL, a=A["T"], b=A["CONST"] + 2, b_form=VecB.SCALAR, count=nq * dp, dst=A["O"],
-                               wait=ow))
+                out.append(vec(VecOp.DEQ, a=A["T"], b=A["CONST"] + 2, b_form=VecB.SCALAR, count=nq * dp, dst=A["O"],
+                               wait=ow, signal=SEM["V_FREE"]))
             else:
-                out.append(vec(VecOp.FMUL, a=A["T"], b=A["CONST"] + 2, b_form=VecB.SCALAR, count=nq * dp, dst=A["T"]))
+                out.append(vec(VecOp.DEQ, a=A["T"], b=A["CONST"] + 2, b_form=VecB.SCALAR, count=nq * dp, dst=A["T"],
+                               signal=SEM["V_FREE"]))
+            led.signal(SEM["V_FREE"])
+            if ti:
                 out += [vec(VecOp.FMUL, a=A["O"] + t * dp, b=A["AL"] + t, b_form=VecB.LANE, count=dp, dst=A["O"] + t * dp)
                         for t in range(nq)]
                 out.append(vec(VecOp.FADD, a=A["O"], b=A["T"], count=nq * dp, dst=A["O"]))
@@ -233,14 +241,21 @@ async def attention(dev: KernelDevice, q: np.ndarray, k: np.ndarray, v: np.ndarr
     cbuf = dev.dram.alloc(consts.nbytes, "const")
     dev.dram_write(cbuf, consts.astype("<u4"))
     addr["const"] = cbuf.addr
-    masks = {}
+    masks, distinct = {}, []
     for bi, q0 in enumerate(plan.blocks()):
         for ti, k0 in enumerate(plan.tiles(q0)):
             mw = tile_mask(plan, q0, k0)
             if mw is not None:
-                buf = dev.dram.alloc(mw.nbytes, "mask")
-                dev.dram_write(buf, mw.astype("<u4"))
-                masks[(bi, ti)] = buf.addr
+                key = mw.tobytes()
+                if key not in distinct:
+                    distinct.append(key)
+                masks[(bi, ti)] = distinct.index(key)
+    if len(distinct) > MAX_MASKS:
+        raise AssertionError(f"{len(distinct)} distinct masks for plan bq={plan.bq} tk={plan.tk}; the layout holds {MAX_MASKS}")
+    if distinct:
+        mbuf = dev.dram.alloc(sum(len(k) for k in distinct), "masks")
+        dev.dram_write(mbuf, np.frombuffer(b"".join(distinct), np.uint8))
+        addr["masks"] = mbuf.addr
     obuf = dev.dram.alloc(len(plan.blocks()) * nq * dp * 4 * L, "O")
     addr["o"] = obuf.addr
     cmds = attention_stream(cfg, plan, addr, masks)

@@ -74,6 +74,8 @@ class VecOp(enum.IntEnum):
     RECIP = 8  # 1/x (b unused)
     RSQRT = 9  # 1/sqrt(x) (b unused)
     CVT_I8 = 10  # int8 of a * b, nearest even, saturating, NaN -> 0; into an operand SRAM word (dst A or B)
+    DEQ = 11  # fp32(int32 a) * b: I2F then FMUL, each rounded (a dequantization in one pass)
+    EXPSUB = 12  # exp(a - b): FSUB then EXP, each rounded (softmax's numerator in one pass)
 
 
 VEC_UNARY = (VecOp.I2F, VecOp.RELU, VecOp.EXP, VecOp.RECIP, VecOp.RSQRT)  # b is neither read nor range-checked

@@ -55,13 +55,14 @@ def _lane(m: Module, op: Signal, a, b, name: str):
     """One lane: every op's result, and the one ``op`` selects."""
     add = fp32_add(m, a, b, name=f"{name}_add")
     sub = fp32_add(m, a, b ^ (1 << 31), name=f"{name}_sub")
-    mul = fp32_mul(m, a, b, name=f"{name}_mul")
-    mx = fp32_max(m, a, b, name=f"{name}_max")
-    mn = fp32_min(m, a, b, name=f"{name}_min")
     neg = a[31]
     i2f = round_to_fp32(m, Mux(neg, -a.as_signed(), a)[:32], neg, 0, name=f"{name}_i2f")
+    # the fused ops share the datapath: DEQ multiplies the converted int32, EXPSUB exponentiates the difference
+    mul = fp32_mul(m, Mux(op == VecOp.DEQ, i2f, a), b, name=f"{name}_mul")
+    mx = fp32_max(m, a, b, name=f"{name}_max")
+    mn = fp32_min(m, a, b, name=f"{name}_min")
     relu = Mux(is_nan(a), CANONICAL_NAN, Mux(neg, 0, a))
-    exp = fp32_exp(m, a, name=f"{name}_exp")
+    exp = fp32_exp(m, Mux(op == VecOp.EXPSUB, sub, a), name=f"{name}_exp")
     recip = fp32_recip(m, a, name=f"{name}_recip")
     rsqrt = fp32_rsqrt(m, a, name=f"{name}_rsqrt")
     cvt_i8 = _to_int8(m, mul, name=f"{name}_cvt")  # of a * b
@@ -69,7 +70,7 @@ def _lane(m: Module, op: Signal, a, b, name: str):
     with m.Switch(op):
         for code, value in ((VecOp.FADD, add), (VecOp.FSUB, sub), (VecOp.FMUL, mul), (VecOp.FMAX, mx),
                             (VecOp.FMIN, mn), (VecOp.I2F, i2f), (VecOp.RELU, relu), (VecOp.EXP, exp), (VecOp.RECIP, recip),
-                            (VecOp.RSQRT, rsqrt), (VecOp.CVT_I8, cvt_i8)):
+                            (VecOp.RSQRT, rsqrt), (VecOp.CVT_I8, cvt_i8), (VecOp.DEQ, mul), (VecOp.EXPSUB, exp)):
             with m.Case(code):
                 m.d.comb += out.eq(value)
     return out

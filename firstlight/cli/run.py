@@ -1,4 +1,4 @@
-"""``firstlight run gemm|reduce|softmax|layernorm|rmsnorm``: one kernel on seeded random data, checked against its golden."""
+"""``firstlight run gemm|reduce|softmax|layernorm|rmsnorm|attention``: one kernel on seeded random data, checked against its golden."""
 
 from __future__ import annotations
 
@@ -103,6 +103,18 @@ def add_parser(subparsers) -> None:
         nm.add_argument("--cols", type=positive, required=True, help="values per row (the length of gamma)")
         nm.add_argument("--eps", type=float, default=eps, help=f"added to the variance (default {eps:g})")
         _add_run_options(nm)
+    at = run_sub.add_parser(
+        "attention", help="single-head flash attention, int8 recipe (softmax(Q K^T / sqrt(D)) V)", epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Seeded N(0, 1) Q, K, V of shape (seq, dim), quantized per tensor to int8 on the host; on the "
+                    "chip S^T = K Q^T, the online softmax, P in int8 and O^T = V^T P^T (kernels/attention.py). "
+                    "Checked bit for bit against golden/attention.py and by SQNR against float64.")
+    at.add_argument("--seq", type=positive, required=True, help="sequence length (queries = keys)")
+    at.add_argument("--dim", type=positive, required=True, help="head dimension")
+    at.add_argument("--causal", action="store_true", help="mask keys after each query")
+    at.add_argument("--recipe", choices=["int8"], default="int8",
+                    help="operand recipe: int8 per tensor for Q, K, V and int8 P (the only one so far)")
+    _add_run_options(at)
 
 
 def _policy(items: list[str]) -> dict[str, str]:
@@ -134,6 +146,17 @@ def cmd(args) -> int:
         job, kwargs = kernel_jobs.gemm_job, {"m": args.m, "n": args.n, "k": args.k,
                                              "double_buffer": args.double_buffer}
         shape = f"{args.m}x{args.n}x{args.k}"
+    elif args.kernel == "attention":
+        if not variant.config.vector:
+            raise CannotStart("attention needs the vector unit, and this chip is built without it")
+        from kernels.attention import plan_attention
+
+        try:
+            plan_attention(variant.config, args.seq, args.dim, args.causal)
+        except ValueError as e:
+            raise CannotStart(str(e)) from None
+        job, kwargs = kernel_jobs.attention_job, {"seq": args.seq, "dim": args.dim, "causal": args.causal}
+        shape = f"seq {args.seq} dim {args.dim}{' causal' if args.causal else ''}"
     elif args.kernel in ("softmax", "layernorm", "rmsnorm"):
         if not variant.config.vector:
             raise CannotStart(f"{args.kernel} needs the vector unit, and this chip is built without it")

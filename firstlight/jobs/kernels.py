@@ -11,7 +11,7 @@ from kernels.reduce import reduce_rows
 
 from .checks import first_mismatch, int8_operands
 
-__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "norm_job", "norm_inputs", "bench_job"]
+__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "norm_job", "norm_inputs", "attention_job", "bench_job"]
 
 
 async def _traced(dev, trace: bool, run):
@@ -117,6 +117,27 @@ async def norm_job(dev, emit, kind: str, rows: int, cols: int, seed: int, eps: f
     mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
             "sqnr_db": sqnr_db(ref, got.astype(np.float64))}
+
+
+async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, extremes: bool = False,
+                        errata_policy: dict | None = None, trace: bool = False) -> dict:
+    """Flash attention on seeded N(0, 1) Q, K, V (``extremes``: one key with scores far above the
+    rest, so that P is one-hot), against its kernel golden (bit for bit) and float64 (SQNR)."""
+    from golden.attention import attention_reference, attention_rows, quantize_qkv
+    from golden.metrics import sqnr_db
+    from kernels.attention import attention, plan_attention
+
+    mit = workarounds.attach(dev, errata_policy)
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((seq, dim)).astype(np.float32) for _ in range(3))
+    if extremes:
+        k[seq // 2] = q.mean(axis=0) * 40
+    (got, stats), events = await _traced(dev, trace, lambda: attention(dev, q, k, v, causal=causal, mitigations=mit))
+    plan = plan_attention(dev.config, seq, dim, causal)
+    want = attention_rows(*quantize_qkv(q, k, v), plan)
+    mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
+    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
+            "sqnr_db": sqnr_db(attention_reference(q, k, v, causal), got.astype(np.float64))}
 
 
 async def bench_job(dev, emit, shapes: list[list[int]], seed: int, errata_policy: dict | None = None,
