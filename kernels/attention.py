@@ -19,6 +19,7 @@ constants (s_qk, 127, s_pv in lane 0).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,10 +45,10 @@ ATTN_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC, Unit.DMA)
 MAX_MASKS = 2  # distinct masks kept in ACC for the whole kernel (causal: the diagonal tile, and the last one)
 
 
-def _acc_layout(plan: AttentionPlan, dp: int) -> dict[str, int]:
+def _acc_layout(plan: AttentionPlan, dp: int, n_masks: int = MAX_MASKS) -> dict[str, int]:
     nq, tk = plan.nq, plan.tk
     lay, at = {}, 0
-    for name, n in (("ST", nq * tk), ("O", nq * dp), ("T", nq * dp), ("MASK", MAX_MASKS * nq * tk), ("M0", nq), ("M1", nq),
+    for name, n in (("ST", nq * tk), ("O", nq * dp), ("T", nq * dp), ("MASK", n_masks * nq * tk), ("M0", nq), ("M1", nq),
                     ("MT", nq), ("AL", nq), ("L", nq), ("LT", nq), ("CONST", 3)):
         lay[name] = at
         at += n
@@ -55,8 +56,29 @@ def _acc_layout(plan: AttentionPlan, dp: int) -> dict[str, int]:
     return lay
 
 
-def plan_attention(cfg, seq: int, dim: int, causal: bool, bq: int | None = None, tk: int | None = None) -> AttentionPlan:
-    """The largest query block and key tile that fit the SRAMs (or the ones given, checked)."""
+def _n_masks(seq: int, b: int, t: int, causal: bool) -> int:
+    """Distinct masks a plan needs: none, the padded last key tile, or (causal, b == t) the
+    diagonal tile, and the last block's diagonal tile with the padding too."""
+    padded = int(seq % t != 0)
+    return 1 + padded if causal else padded
+
+
+def _tile_cycles(cfg, nq: int, tk: int, dp: int, masked: bool, bytes_per_cycle: float) -> float:
+    """Schedule model of one (query block, key tile): the engine's and the vector unit's turns
+    (they do not overlap) against the DMA of the K and V tiles (which does)."""
+    mm = max(cfg.rows, cfg.cols)
+    engine = nq * (tk // cfg.rows) * max(dp, mm) + nq * (dp // cfg.rows) * max(tk, mm) + 2 * cfg.engine_drain_cycles
+    words = nq * tk
+    vecs = [words, nq * tk, 3 * nq, nq * tk, nq * tk, 2 * nq, words, nq * dp, nq * dp, nq * dp]  # lanes' passes
+    n_cmds = 4 + 4 * nq + 6 + nq + (1 if masked else 0)
+    vu = sum(vecs) + (words if masked else 0) + 4 * n_cmds  # count + 2 per VEC and its issue
+    return max(engine + vu, 2 * tk * dp / bytes_per_cycle)
+
+
+def plan_attention(cfg, seq: int, dim: int, causal: bool, bq: int | None = None, tk: int | None = None,
+                   bytes_per_cycle: float = 1.0) -> AttentionPlan:
+    """The query block and key tile that fit the SRAMs with the fewest modelled cycles (or the
+    ones given, checked). Causal plans take bq == tk (one diagonal mask serves every block)."""
     dp = -(-dim // cfg.rows) * cfg.rows
     lanes, rows = cfg.lanes, cfg.rows
 
@@ -64,12 +86,13 @@ def plan_attention(cfg, seq: int, dim: int, causal: bool, bq: int | None = None,
         nq = b // lanes
         a_words = (t // rows) * dp + (dp // rows) * t  # K tile + V^T tile
         b_words = nq * (dp + t)  # Q^T panels + P^T panels
-        acc = _acc_layout(AttentionPlan(seq, dim, lanes, rows, b, t, causal), dp)["end"]
+        acc = _acc_layout(AttentionPlan(seq, dim, lanes, rows, b, t, causal), dp,
+                          _n_masks(seq, b, t, causal))["end"]
         return a_words <= cfg.operand_depth and b_words <= cfg.operand_depth and acc <= cfg.acc_depth
 
     if bq is not None or tk is not None:
         b = bq or lanes
-        t = tk or rows
+        t = tk or (b if causal else rows)
         if b % lanes or t % rows or b < 1 or t < 1:
             raise ValueError(f"bq must be a multiple of LANES ({lanes}) and tk of ROWS ({rows}); got bq={b}, tk={t}")
         if causal and b != t:
@@ -77,20 +100,21 @@ def plan_attention(cfg, seq: int, dim: int, causal: bool, bq: int | None = None,
         if not fits(b, t):
             raise ValueError(f"bq={b}, tk={t} with head dim {dim} do not fit the SRAMs of this chip")
         return AttentionPlan(seq, dim, lanes, rows, b, t, causal)
-    best = None
-    step = lanes * rows // __import__("math").gcd(lanes, rows)
-    for b in range(lanes, 16 * lanes + 1, lanes):  # more queries per block: fewer passes over K and V
-        for t in ((b,) if causal else range(rows, 16 * rows + 1, rows)):
-            if causal and b % step:
+    step = lanes * rows // math.gcd(lanes, rows)
+    best, best_cost = None, math.inf
+    for b in range(lanes, min(16 * lanes, -(-seq // lanes) * lanes) + 1, lanes):
+        for t in ((b,) if causal else range(rows, min(16 * rows, -(-seq // rows) * rows) + 1, rows)):
+            if (causal and b % step) or not fits(b, t):
                 continue
-            if fits(b, t) and (best is None or (b, t) > best):
-                best = (b, t)
+            p = AttentionPlan(seq, dim, lanes, rows, b, t, causal)
+            cost = sum(_tile_cycles(cfg, b // lanes, t, dp, causal or seq % t != 0, bytes_per_cycle)
+                       for q0 in p.blocks() for _ in p.tiles(q0))
+            if cost < best_cost:
+                best, best_cost = p, cost
     if best is None:
         raise ValueError(f"head dim {dim} does not fit this chip's SRAMs even with one query tile and one key tile "
                          f"(operand depth {cfg.operand_depth}, accumulator depth {cfg.acc_depth})")
-    b = min(best[0], -(-seq // step) * step if causal else -(-seq // lanes) * lanes)  # no larger than the sequence
-    t = b if causal else min(best[1], -(-seq // rows) * rows)
-    return AttentionPlan(seq, dim, lanes, rows, b, t, causal)
+    return best
 
 
 def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[int]:
@@ -100,35 +124,50 @@ def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[
     R, L = cfg.rows, cfg.lanes
     nq, tk = plan.nq, plan.tk
     dp = plan.dim_pad
-    A = _acc_layout(plan, dp)
+    n_masks = len(set(masks.values()))
+    A = _acc_layout(plan, dp, n_masks)
     k_a, v_a = 0, (tk // R) * dp  # A SRAM: the K tile, then the V^T tile
     qb, pb = 0, nq * dp  # B SRAM: Q^T panels, then P^T panels
     led = Ledger()
     out = [dma_stride(DmaQueue.LOAD, sram=tk, dram=plan.seq_k * R),  # the V^T tile's rows (one per panel)
            dma_load(Region.ACC, sram=A["CONST"], dram=addr["const"], words=3)]
-    n_masks = len(set(masks.values()))
     if n_masks:
         out.append(dma_load(Region.ACC, sram=A["MASK"], dram=addr["masks"], words=n_masks * nq * tk))
     blocks = plan.blocks()
     n_words = nq * tk
-    first_tile = True
-    for bi, q0 in enumerate(blocks):
-        tiles = plan.tiles(q0)
+    pairs = [(bi, ti, k0) for bi, q0 in enumerate(blocks) for ti, k0 in enumerate(plan.tiles(q0))]
+
+    # The loads are issued one (block, tile) pair ahead, right after the command that frees
+    # their buffer: the stream is in order, so a load written at the top of its own pair would
+    # only reach its queue once the pair before had issued every command.
+    def load_q(bi: int) -> None:
         out.append(dma_load(Region.B, sram=qb, dram=addr["q"] + bi * nq * dp * L, words=nq * dp,
                             wait=led.queue_wait(SEM["Q_FREE"]) if bi else None, signal=SEM["Q_RDY"]))
         led.signal(SEM["Q_RDY"])
+
+    def load_k(j: int) -> None:
+        k0 = pairs[j][2]
+        out.append(dma_load(Region.A, sram=k_a, dram=addr["k"] + (k0 // R) * dp * R, words=(tk // R) * dp,
+                            wait=led.queue_wait(SEM["K_FREE"]) if j else None, signal=SEM["K_RDY"]))
+        led.signal(SEM["K_RDY"])
+
+    def load_v(j: int) -> None:
+        k0 = pairs[j][2]
+        out.append(dma_load(Region.A, sram=v_a, dram=addr["v"] + k0 * R, words=tk, rows=dp // R,
+                            wait=led.queue_wait(SEM["V_FREE"]) if j else None, signal=SEM["V_RDY"]))
+        led.signal(SEM["V_RDY"])
+
+    load_q(0)
+    load_k(0)
+    load_v(0)
+    j = -1
+    for bi, q0 in enumerate(blocks):
+        tiles = plan.tiles(q0)
         for ti, k0 in enumerate(tiles):
+            j += 1
             last_tile = ti == len(tiles) - 1
             mask = (bi, ti) in masks
-            kw = None if first_tile else led.queue_wait(SEM["K_FREE"])
-            out.append(dma_load(Region.A, sram=k_a, dram=addr["k"] + (k0 // R) * dp * R, words=(tk // R) * dp,
-                                wait=kw, signal=SEM["K_RDY"]))
-            led.signal(SEM["K_RDY"])
-            vw = None if first_tile else led.queue_wait(SEM["V_FREE"])
-            out.append(dma_load(Region.A, sram=v_a, dram=addr["v"] + k0 * R, words=tk, rows=dp // R, wait=vw,
-                                signal=SEM["V_RDY"]))
-            led.signal(SEM["V_RDY"])
-            first_tile = False
+            more = j + 1 < len(pairs)
             # S^T = K Q^T
             if ti == 0:
                 out.append(nop(wait=led.stream_wait(SEM["Q_RDY"])))
@@ -142,6 +181,10 @@ def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[
             out.append(vec(VecOp.DEQ, a=A["ST"], b=A["CONST"], b_form=VecB.SCALAR, count=n_words, dst=A["ST"],
                            signal=free[0], signal2=free[1]))
             led.signal(*free)
+            if more:
+                if pairs[j + 1][0] != bi:
+                    load_q(bi + 1)
+                load_k(j + 1)
             if mask:
                 out.append(vec(VecOp.FADD, a=A["ST"], b=A["MASK"] + masks[(bi, ti)] * n_words, count=n_words,
                                dst=A["ST"]))
@@ -181,6 +224,8 @@ def attention_stream(cfg, plan: AttentionPlan, addr: dict, masks: dict) -> list[
                 out.append(vec(VecOp.DEQ, a=A["T"], b=A["CONST"] + 2, b_form=VecB.SCALAR, count=nq * dp, dst=A["T"],
                                signal=SEM["V_FREE"]))
             led.signal(SEM["V_FREE"])
+            if more:
+                load_v(j + 1)
             if ti:
                 out += [vec(VecOp.FMUL, a=A["O"] + t * dp, b=A["AL"] + t, b_form=VecB.LANE, count=dp, dst=A["O"] + t * dp)
                         for t in range(nq)]
@@ -216,7 +261,7 @@ async def attention(dev: KernelDevice, q: np.ndarray, k: np.ndarray, v: np.ndarr
     if not cfg.vector:
         raise ValueError("attention needs the vector unit; this chip was built with vector=False")
     seq, dim = q.shape
-    plan = plan_attention(cfg, seq, dim, causal, bq, tk)
+    plan = plan_attention(cfg, seq, dim, causal, bq, tk, dev.board.bytes_per_cycle)
     R, C, L = cfg.rows, cfg.cols, cfg.lanes
     dp, nq = plan.dim_pad, plan.nq
     q8, k8, v8, sq, sk, sv = quantize_qkv(q, k, v)
@@ -250,8 +295,8 @@ async def attention(dev: KernelDevice, q: np.ndarray, k: np.ndarray, v: np.ndarr
                 if key not in distinct:
                     distinct.append(key)
                 masks[(bi, ti)] = distinct.index(key)
-    if len(distinct) > MAX_MASKS:
-        raise AssertionError(f"{len(distinct)} distinct masks for plan bq={plan.bq} tk={plan.tk}; the layout holds {MAX_MASKS}")
+    if len(distinct) > _n_masks(seq, plan.bq, plan.tk, causal):  # the plan made room for that many
+        raise AssertionError(f"{len(distinct)} distinct masks for plan bq={plan.bq} tk={plan.tk}")
     if distinct:
         mbuf = dev.dram.alloc(sum(len(k) for k in distinct), "masks")
         dev.dram_write(mbuf, np.frombuffer(b"".join(distinct), np.uint8))

@@ -123,9 +123,9 @@ async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, 
                         errata_policy: dict | None = None, trace: bool = False) -> dict:
     """Flash attention on seeded N(0, 1) Q, K, V (``extremes``: one key with scores far above the
     rest, so that P is one-hot), against its kernel golden (bit for bit) and float64 (SQNR)."""
-    from golden.attention import attention_reference, attention_rows, quantize_qkv
+    from golden.attention import AttentionPlan, attention_reference, attention_rows, quantize_qkv
     from golden.metrics import sqnr_db
-    from kernels.attention import attention, plan_attention
+    from kernels.attention import attention
 
     mit = workarounds.attach(dev, errata_policy)
     rng = np.random.default_rng(seed)
@@ -133,7 +133,8 @@ async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, 
     if extremes:
         k[seq // 2] = q.mean(axis=0) * 40
     (got, stats), events = await _traced(dev, trace, lambda: attention(dev, q, k, v, causal=causal, mitigations=mit))
-    plan = plan_attention(dev.config, seq, dim, causal)
+    cfg = dev.config
+    plan = AttentionPlan(seq, dim, cfg.lanes, cfg.rows, stats.plan["bq"], stats.plan["tk"], causal)  # the kernel's
     want = attention_rows(*quantize_qkv(q, k, v), plan)
     mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
