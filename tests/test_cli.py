@@ -313,10 +313,17 @@ def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "available_simulators", lambda: {"verilator": object()})
     out = tmp_path / "b.json"
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "3X4X5", "--json", str(out)]) == cli.EXIT_OK
-    fn, kwargs, kw = fake_jobs[-1]
+    (fn, kwargs, kw), (vfn, vkwargs, _) = fake_jobs[-2:]
     assert fn is kernel_jobs.bench_job and kw["sim"] == "verilator"
     assert kwargs == {"shapes": [[2, 2, 2], [3, 4, 5]], "seed": 1, "errata_policy": {},
                       "double_buffer": [True, False], "trace": False}  # --buffering both by default
+    # and the vector-unit table, by default attention 256x64 (plain and causal) and 64x256 rows
+    assert vfn is kernel_jobs.vector_bench_job
+    assert vkwargs == {"attention": [[256, 64, False], [256, 64, True]], "rows": [[64, 256]], "seed": 1}
+    n = len(fake_jobs)
+    assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "--attention", "--rows"]) == cli.EXIT_OK
+    assert [f for f, _, _ in fake_jobs[n:]] == [kernel_jobs.bench_job], "--attention/--rows with no value: none"
+    assert cli.main(["bench", "--sims", "verilator", "--attention", "64"]) == cli.EXIT_CANNOT_START
     assert [r["shape"] for r in json.loads(out.read_text())] == ["2x2x2", "3x4x5"]
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2"]) == cli.EXIT_CANNOT_START
 

@@ -33,6 +33,8 @@ from .common import (
 __all__ = ["DEFAULT_SHAPES", "COLUMNS", "add_parser", "bench_table", "cmd"]
 
 DEFAULT_SHAPES = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256", "4x512x512"]
+DEFAULT_ATTENTION = ["256x64", "256x64c"]  # seq x head dim, c: causal
+DEFAULT_ROWS = ["64x256"]  # rows x values per row, for softmax and the norms
 ICARUS_MAX_SIDE = 128  # Icarus is much slower: without --shapes it runs shapes of at most this side cubed MACs
 
 
@@ -59,6 +61,12 @@ def add_parser(subparsers) -> None:
                         "or both side by side so the overlap's worth is a measured number (default: both)")
     b.add_argument("--no-double-buffer", dest="buffering", action="store_const", const="single",
                    help="the same as --buffering single")
+    b.add_argument("--attention", nargs="*", default=None, metavar="SEQxDIM[c]",
+                   help=f"attention shapes for the vector-unit table, a trailing c for causal (default: "
+                        f"{' '.join(DEFAULT_ATTENTION)}; with no value: none)")
+    b.add_argument("--rows", nargs="*", default=None, metavar="RxC", dest="row_shapes",
+                   help=f"softmax / LayerNorm / RMSNorm shapes for the vector-unit table (default: "
+                        f"{' '.join(DEFAULT_ROWS)}; with no value: none)")
     b.add_argument("--trace", type=Path, default=None, metavar="PATH",
                    help="record the trace buffer of every run and write each as a Chrome trace next to PATH "
                         "(PATH-<sim>-<shape>-<double|single>.json; open in ui.perfetto.dev)")
@@ -94,6 +102,29 @@ COLUMNS = (
 )
 
 
+def _parse_attention(text: str) -> list:
+    t = text.lower()
+    causal = t.endswith("c")
+    parts = t.rstrip("c").split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise CannotStart(f"attention shape must look like SEQxDIM or SEQxDIMc (causal), e.g. 256x64c; got {text!r}")
+    return [int(parts[0]), int(parts[1]), causal]
+
+
+def _parse_rows(text: str) -> list[int]:
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise CannotStart(f"row shape must look like ROWSxCOLS, e.g. 64x256; got {text!r}")
+    return [int(p) for p in parts]
+
+
+VECTOR_COLUMNS = [("sim", "sim", str), ("kernel", "kernel", str), ("shape", "shape", str),
+                  ("result", "passed", lambda v: "pass" if v else "FAIL"), ("cycles", "cycles", lambda v: f"{v:,}"),
+                  ("bound", "bound", str), ("attainable", "attainable_cycles", lambda v: f"{v:,}"),
+                  ("roof\nutil", "roof_utilization", fmt_pct), ("engine\nbusy", "engine_busy", lambda v: f"{v:,}"),
+                  ("vector\nbusy", "vector_busy", lambda v: f"{v:,}"), ("SQNR\ndB", "sqnr_db", lambda v: f"{v:.1f}")]
+
+
 def bench_table(rows: list[dict], title: str) -> FittedTable:
     """The benchmark rows as a table that never cuts a number (split or stacked when narrow)."""
     return FittedTable(title, [h for h, _, _ in COLUMNS], [[fmt(r[k]) for _, k, fmt in COLUMNS] for r in rows],
@@ -110,6 +141,8 @@ def cmd(args) -> int:
             console.print(plain((f"skipping {s}: ", "yellow"), str(info)))
     variant = variant_from_args(args)
     shapes_given = [_parse_shape(x) for x in (args.shapes or DEFAULT_SHAPES)]
+    attention = [_parse_attention(x) for x in (DEFAULT_ATTENTION if args.attention is None else args.attention)]
+    row_shapes = [_parse_rows(x) for x in (DEFAULT_ROWS if args.row_shapes is None else args.row_shapes)]
 
     # imported once the arguments are known good, so that a bad one exits 2 quickly
     from cosim.build import build_simulator
@@ -164,6 +197,33 @@ def cmd(args) -> int:
                                     + (f", {tr.dropped:,} dropped: the trace buffer was full)" if tr.dropped else ")")),
                               soft_wrap=True)
     console.print(bench_table(rows, title))
+    vrows = []
+    if cfg.vector and (attention or row_shapes):
+        for s in sims:
+            if s == "icarus" and args.attention is None and args.row_shapes is None:
+                continue  # ~40x slower: only what is asked for
+            try:
+                res = run_job(kernel_jobs.vector_bench_job, {"attention": attention, "rows": row_shapes,
+                                                             "seed": args.seed}, variant=variant, sim=s)
+                recs = [r for r in res.records if r.get("type") == "vector_bench"]
+            except JobFailed as e:
+                harness |= isinstance(e, SimulatorDied)
+                err_console.print(plain((f"{s}: {e}", "red")))
+                recs = [r for r in e.records if r.get("type") == "vector_bench"]
+                failed = True
+            for r in recs:
+                st = r["stats"]
+                failed |= not r["passed"]
+                vrows.append({"sim": s, "kernel": r["kernel"], "shape": r["shape"], "passed": r["passed"],
+                              "cycles": st["cycles"], "bound": st["bound"], "attainable_cycles": st["attainable_cycles"],
+                              "roof_utilization": st["roof_utilization"], "engine_busy": st["engine_busy_cycles"],
+                              "vector_busy": st["vector_busy_cycles"] + st["reduce_busy_cycles"],
+                              "sqnr_db": r["sqnr_db"], "plan": st.get("plan")})
+        console.print(FittedTable(
+            f"Vector-unit kernels on a {cfg.rows}x{cfg.cols} array, revision {args.rev} (bit-exact vs the kernel "
+            "golden; SQNR vs float64; vector busy = vector + reduction unit cycles, which the engine does not overlap)",
+            [h for h, _, _ in VECTOR_COLUMNS],
+            [[fmt(r[k]) for _, k, fmt in VECTOR_COLUMNS] for r in vrows], keys=3))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps(rows + vrows, indent=2))
     return EXIT_HARNESS_ERROR if harness else EXIT_FAIL if failed else EXIT_OK

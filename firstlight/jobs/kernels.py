@@ -11,7 +11,7 @@ from kernels.reduce import reduce_rows
 
 from .checks import first_mismatch, int8_operands
 
-__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "norm_job", "norm_inputs", "attention_job", "bench_job"]
+__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "norm_job", "norm_inputs", "attention_job", "bench_job", "vector_bench_job"]
 
 
 async def _traced(dev, trace: bool, run):
@@ -139,6 +139,25 @@ async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, 
     mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
             "sqnr_db": sqnr_db(attention_reference(q, k, v, causal), got.astype(np.float64))}
+
+
+async def vector_bench_job(dev, emit, attention: list, rows: list, seed: int) -> dict:
+    """The vector-unit kernels for ``firstlight bench``: attention per (seq, dim, causal), and
+    softmax, LayerNorm and RMSNorm per (rows, cols); a record each as soon as it finishes."""
+    n = 0
+    for seq, dim, causal in attention:
+        r = await attention_job(dev, emit, seq, dim, causal, seed)
+        emit({"type": "vector_bench", "kernel": "attention" + (" causal" if causal else ""),
+              "shape": f"seq {seq} dim {dim}", **r, "trace": None})
+        n += 1
+    for nrows, cols in rows:
+        for name, run in (("softmax", lambda: softmax_job(dev, emit, nrows, cols, seed)),
+                          ("layernorm", lambda: norm_job(dev, emit, "layer", nrows, cols, seed, 1e-5)),
+                          ("rmsnorm", lambda: norm_job(dev, emit, "rms", nrows, cols, seed, 1e-6))):
+            r = await run()
+            emit({"type": "vector_bench", "kernel": name, "shape": f"{nrows}x{cols}", **r, "trace": None})
+            n += 1
+    return {"runs": n}
 
 
 async def bench_job(dev, emit, shapes: list[list[int]], seed: int, errata_policy: dict | None = None,
