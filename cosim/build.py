@@ -517,7 +517,12 @@ def _compile(variant: Variant, sim: str, clock: str, waves: bool, info: SimInfo,
     # From scratch: whatever is there is an interrupted or a bad build, and a compiler killed
     # mid-write leaves object files newer than their sources that make would reuse.
     shutil.rmtree(build_dir, ignore_errors=True)
-    build_dir.mkdir(parents=True)
+    if build_dir.exists():  # something could not be removed: say what, as a harness error
+        try:
+            shutil.rmtree(build_dir)
+        except OSError as e:
+            raise BuildFailed(f"cannot clear the build folder {build_dir} before building: {e}") from e
+    build_dir.mkdir(parents=True, exist_ok=True)
     cfg = variant.config
     _log.info("compiling the %s model (%dx%d, revision %s, formats %s%s): %s, cached afterwards in %s", sim,
               cfg.rows, cfg.cols, variant.revision, "/".join(cfg.formats),

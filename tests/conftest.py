@@ -15,7 +15,9 @@ SEED = int(os.environ.get("FIRSTLIGHT_SEED", "20261130"))
 
 # The small chip: int8 only, 64-word SRAMs and ring. It builds in a third of the time of the
 # default FP chip, so a test that needs some chip, not a particular one, uses it (and its build).
-SMALL_CHIP = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)
+SMALL_CHIP = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64, vector=False)
+# The same with the vector unit, for the tests of the vector unit and its kernels.
+VECTOR_CHIP = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)
 
 
 def require_sim(name: str) -> None:

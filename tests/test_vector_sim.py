@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import SEED, SMALL_CHIP
+from conftest import SEED
+from conftest import VECTOR_CHIP as SMALL_CHIP
 from cosim.build import Variant
-from rtl.config import ChipConfig
 from cosim.jobs import run_job
 from golden.vector import vector_op
 
@@ -94,8 +94,6 @@ def test_norms_bit_exact(sim, tmp_path):
     assert results[2]["chunks"] > 1
 
 
-ATTN_VARIANT = Variant(config=ChipConfig(formats=("int8",), operand_depth=256, acc_depth=256, cmdq_depth=64),
-                       revision="B1")
 
 
 def test_attention_bit_exact(sim, tmp_path):
@@ -105,10 +103,10 @@ def test_attention_bit_exact(sim, tmp_path):
     from golden.attention import AttentionPlan, attention_reference, attention_rows, quantize_qkv
     from golden.metrics import sqnr_db
 
-    cases = [(13, 8, False, 8, 8), (13, 8, True, 8, 8), (6, 5, True, 4, 4)]
-    results = run_job(jobs.attention_job, {"seed": SEED, "cases": cases}, variant=ATTN_VARIANT, sim=sim,
+    cases = [(13, 8, False, 4, 8), (13, 8, True, 4, 4), (6, 5, True, 4, 4)]
+    results = run_job(jobs.attention_job, {"seed": SEED, "cases": cases}, variant=VARIANT, sim=sim,
                       work_dir=tmp_path).value
-    cfg = ATTN_VARIANT.config
+    cfg = VARIANT.config
     for r, (seq, dim, causal, bq, tk) in zip(results, cases):
         q, k, v = jobs.attention_inputs(SEED, seq, dim)
         plan = AttentionPlan(seq, dim, cfg.lanes, cfg.rows, bq, tk, causal)

@@ -160,6 +160,9 @@ def add_formats_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--formats", nargs="+", default=None, metavar="FMT",
                    help=f"MATMUL formats to build the chip with ({' '.join(FORMAT_NAMES)}, default all); an "
                    "int8-only chip builds ~3x faster and simulates ~3.5x faster")
+    p.add_argument("--no-vector", dest="vector", action="store_false",
+                   help="build the chip without the vector unit (no softmax, norms or attention; GEMMs and "
+                        "reductions simulate faster: see docs/simulation.md)")
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -178,6 +181,8 @@ def variant_from_args(args: argparse.Namespace):
             cfg = replace(cfg, formats=tuple(args.formats))
         except ValueError as e:
             raise CannotStart(f"--formats: {e}") from None
+    if not getattr(args, "vector", True):
+        cfg = replace(cfg, vector=False)
     if getattr(args, "sram_depth", None):
         try:
             cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)
