@@ -161,7 +161,7 @@ async def bad_commands_set_err_and_chip_recovers(dut):
     await dev.run([matmul(a=cfg.operand_depth - 4, b=0, c=0, k=8)])
     assert await dev.read_csr("ERR") == ErrCode.A_RANGE
     await dev.write_csr("CTRL", REG["CTRL"].pack(clear_err=1))
-    await dev.run([pack_command(Opcode.REDUCE, flags={"reduce": {"op": 3}}, length=1)])  # no ReduceOp 3
+    await dev.run([pack_command(Opcode.REDUCE, flags={"reduce": {"op": 7}}, length=1)])  # no ReduceOp 7
     assert await dev.read_csr("ERR") == ErrCode.BAD_REDUCE_OP
 
 

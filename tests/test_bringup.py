@@ -49,7 +49,7 @@ def test_clean_chip_passes_every_stage(tmp_path, rev, errata):
 @pytest.mark.sim
 def test_unassessed_revision_goes_on_without_mitigations(tmp_path):
     require_sim("verilator")
-    code, rep = _bringup(tmp_path, "--rev", "B1", "--formats", "int8", "--sram-depth", "64")  # the trace tests' build
+    code, rep = _bringup(tmp_path, "--rev", "B1", "--formats", "int8", "--sram-depth", "64", "--no-vector")  # the trace tests' build
     st = _stages(rep)
     assert code == cli.EXIT_OK, st
     assert "not in the errata registry" in st["identity"]["details"]
@@ -101,7 +101,7 @@ def test_caps_fault_is_caught_by_identity(tmp_path):
 @pytest.mark.sim
 def test_injected_fault_on_verilator_too(tmp_path):
     require_sim("verilator")
-    code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64", "--inject", "sram:ACC:stuck0:addr=17:bit=33")
+    code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64", "--no-vector", "--inject", "sram:ACC:stuck0:addr=17:bit=33")
     st = _stages(rep)
     assert code == cli.EXIT_FAIL and st["memories"]["status"] == "failed"
     assert "SRAM ACC" in st["memories"]["details"] and "word 17" in st["memories"]["details"]
@@ -111,7 +111,7 @@ def test_injected_fault_on_verilator_too(tmp_path):
 @pytest.mark.sim
 def test_watchdog_expiry_is_a_failed_stage_with_a_dump(tmp_path):
     require_sim("verilator")
-    code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64", "--watchdog", "12")  # a small build
+    code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64", "--no-vector", "--watchdog", "12")  # a small build
     st = _stages(rep)
     assert code == cli.EXIT_FAIL
     failed = [n for n, s in st.items() if s["status"] == "failed"]
@@ -216,7 +216,7 @@ def test_bringup_missing_simulator(icarus_missing, capsys):
 def test_int8_only_chip_brings_up(tmp_path):
     """A chip built without the FP path: FP stages adapt to CAPS, FL-NU-001 is not applicable."""
     require_sim("verilator")
-    code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64")
+    code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64", "--no-vector")
     st = _stages(rep)
     assert code == cli.EXIT_OK, {n: s["details"] for n, s in st.items() if s["status"] != "passed"}
     assert st["errata"]["figures"]["verdicts"]["FL-NU-001"] == "not applicable"

@@ -296,7 +296,7 @@ def test_inject_build_agrees_with_the_campaign_build(tmp_path, campaign, spec):
     (a DRAM fault's constant goes to the board's DRAM module, fl_dram, not to the chip)."""
     require_sim("icarus")
     report = tmp_path / "report"
-    code = cli.main(["bringup", "--sim", "icarus", "--formats", "int8", "--sram-depth", "64", "--seed", str(SEED),
+    code = cli.main(["bringup", "--sim", "icarus", "--formats", "int8", "--sram-depth", "64", "--no-vector", "--seed", str(SEED),
                      "--inject", spec, "--report", str(report)])
     rep = json.loads((report / "report.json").read_text())
     failed = [s for s in rep["stages"] if s["status"] == "failed"]

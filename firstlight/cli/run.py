@@ -221,14 +221,14 @@ def cmd(args) -> int:
         t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
     t.add_row(*cells("cycles", f"{st['cycles']:,}"))
     t.add_row(*cells("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
-                     if args.kernel == "gemm" else f"{st['ideal_cycles']:,}  (one accumulator word per cycle)"
-                     if args.kernel == "reduce" else
+                     if args.kernel in ("gemm", "attention") else
+                     f"{st['ideal_cycles']:,}  (one accumulator word per cycle)" if args.kernel == "reduce" else
                      f"{st['ideal_cycles']:,}  (one word per cycle; compute roof: the units' passes over the row)"))
     t.add_row(*cells("utilisation", fmt_pct(st["utilization"]) + "  (of the compute roof)"))
     board = st["dram"]
     t.add_row(*cells("DRAM", f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, "
                      f"{board['bus_bytes']}-byte bus (ridge point {st['ridge_point']:g} MACs/byte)"
-                     if args.kernel == "gemm" else
+                     if args.kernel in ("gemm", "attention") else
                      f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, {board['bus_bytes']}-byte bus"))
     t.add_row(*cells("DRAM bytes", f"{st['dram_bytes']:,} moved, {st['compulsory_bytes']:,} compulsory"))
     t.add_row(*cells("roofline", f"{st['bound']}-bound: attainable {st['attainable_cycles']:,} cycles, "
