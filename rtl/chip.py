@@ -288,6 +288,8 @@ class Chip(wiring.Component):
             trace.fifo_level.eq(cmdp.fifo_level), trace.stall.eq(cmdp.stall), trace.done_count.eq(cmdp.done_count),
             trace.mm_started.eq(engine.started), trace.mm_finished.eq(engine.finished),
             trace.rd_started.eq(reducer.started), trace.rd_finished.eq(reducer.finished),
+            trace.vu_started.eq(vu.started if vu is not None else 0),
+            trace.vu_finished.eq(vu.finished if vu is not None else 0),
             trace.ld_started.eq(dma_ld.started), trace.ld_finished.eq(dma_ld.finished), trace.ld_tag.eq(dma_ld.tag),
             trace.st_started.eq(dma_st.started), trace.st_finished.eq(dma_st.finished), trace.st_tag.eq(dma_st.tag),
         ]

@@ -62,12 +62,13 @@ class Unit(enum.IntEnum):
     DMA_OUT = 2
     MATRIX = 3
     REDUCE = 4
+    VECTOR = 5  # the vector unit: a VEC from issue to its last write
 
 
 UNIT_NAMES = {Unit.STREAM: "command processor", Unit.DMA_IN: "DMA in", Unit.DMA_OUT: "DMA out",
-              Unit.MATRIX: "matrix engine", Unit.REDUCE: "reduction unit"}
+              Unit.MATRIX: "matrix engine", Unit.REDUCE: "reduction unit", Unit.VECTOR: "vector unit"}
 UNIT_OPCODES = {Unit.DMA_IN: Opcode.DMA_LOAD, Unit.DMA_OUT: Opcode.DMA_STORE, Unit.MATRIX: Opcode.MATMUL,
-                Unit.REDUCE: Opcode.REDUCE}  # the command a unit's events belong to
+                Unit.REDUCE: Opcode.REDUCE, Unit.VECTOR: Opcode.VEC}  # the command a unit's events belong to
 
 # One 128-bit word of the TRACE SRAM, low bits first (docs/chip.md, "Trace buffer").
 TRACE_ENTRY = data.StructLayout({
@@ -82,8 +83,8 @@ assert TRACE_ENTRY.size == MEM["TRACE"].width(ChipConfig()), "a trace entry is o
 
 # Staging FIFO per source: the units finish at most every few cycles, the stream up to once a
 # cycle for a run of commands that issue at once (DMA pushes, NOPs).
-STAGING_DEPTH = {Unit.MATRIX: 2, Unit.REDUCE: 2, Unit.DMA_IN: 2, Unit.DMA_OUT: 2, Unit.STREAM: 8}
-PRIORITY = (Unit.MATRIX, Unit.REDUCE, Unit.DMA_IN, Unit.DMA_OUT, Unit.STREAM)  # the writer's order
+STAGING_DEPTH = {Unit.MATRIX: 2, Unit.REDUCE: 2, Unit.VECTOR: 2, Unit.DMA_IN: 2, Unit.DMA_OUT: 2, Unit.STREAM: 8}
+PRIORITY = (Unit.MATRIX, Unit.REDUCE, Unit.VECTOR, Unit.DMA_IN, Unit.DMA_OUT, Unit.STREAM)  # the writer's order
 
 
 def trace_depth(config: ChipConfig) -> int:
@@ -141,6 +142,7 @@ class TraceBuffer(wiring.Component):
             "ring_head": In(16), "fetch_data": In(COMMAND_BITS), "fifo_level": In(9), "stall": In(1),
             "done_count": In(32),
             "mm_started": In(1), "mm_finished": In(1), "rd_started": In(1), "rd_finished": In(1),
+            "vu_started": In(1), "vu_finished": In(1),
             "ld_started": In(1), "ld_finished": In(1), "ld_tag": In(TAG_BITS),
             "st_started": In(1), "st_finished": In(1), "st_tag": In(TAG_BITS),
             "wr_addr": Out(max(1, (self.depth - 1).bit_length())), "wr_data": Out(TRACE_ENTRY.size),
@@ -204,13 +206,14 @@ class TraceBuffer(wiring.Component):
             t0 = Signal(TIME_BITS, name=f"{unit.name.lower()}_start")
             with m.If(started):
                 m.d.sync += t0.eq(now)
-            if tag is None:  # the reduction unit's tag: the head's when it issues
+            if tag is None:  # the reduction and vector units' tag: the head's when it issues
                 tag = Signal(TAG_BITS, name=f"{unit.name.lower()}_tag")
                 with m.If(started):
                     m.d.sync += tag.eq(head_tag)
             events[unit] = (finished, entry(unit, t0, now, tag))
 
         single(Unit.REDUCE, self.rd_started, self.rd_finished, None)
+        single(Unit.VECTOR, self.vu_started, self.vu_finished, None)
         single(Unit.DMA_IN, self.ld_started, self.ld_finished, self.ld_tag)
         single(Unit.DMA_OUT, self.st_started, self.st_finished, self.st_tag)
 

@@ -49,7 +49,7 @@ def test_clean_chip_passes_every_stage(tmp_path, rev, errata):
 @pytest.mark.sim
 def test_unassessed_revision_goes_on_without_mitigations(tmp_path):
     require_sim("verilator")
-    code, rep = _bringup(tmp_path, "--rev", "B1", "--formats", "int8", "--sram-depth", "64", "--no-vector")  # the trace tests' build
+    code, rep = _bringup(tmp_path, "--rev", "B1", "--formats", "int8", "--sram-depth", "64")  # the trace tests' build
     st = _stages(rep)
     assert code == cli.EXIT_OK, st
     assert "not in the errata registry" in st["identity"]["details"]

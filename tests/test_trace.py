@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import SEED, SMALL_CHIP, require_sim
+from conftest import SEED, VECTOR_CHIP, require_sim
 from firstlight.trace import Trace, chrome_trace, decode_words, write_chrome_trace
 from rtl import isa
 from rtl.config import ChipConfig
@@ -19,7 +19,7 @@ from rtl.csr_map import REG
 from rtl.memories import DATA_MEMORIES, MEM, Region
 from rtl.trace import TRACE_ENTRY, Unit, decode_entry
 
-TRACED = SMALL_CHIP  # a 32-entry trace
+TRACED = VECTOR_CHIP  # a 32-entry trace, and a vector unit for its track
 
 
 # ---- the spec -------------------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_chrome_trace_has_a_named_track_per_unit_and_lanes_for_overlaps(tmp_path
     with open(path) as f:
         doc = json.load(f)
     names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
-    assert {"command processor", "DMA in", "DMA out", "matrix engine", "reduction unit",
+    assert {"command processor", "DMA in", "DMA out", "matrix engine", "reduction unit", "vector unit",
             "matrix engine (2)"} == set(names.values())
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert len(slices) == 6
@@ -191,7 +191,7 @@ def _tag(cmd: int) -> int:
 
 
 UNIT_OF = {isa.Opcode.DMA_LOAD: "dma_in", isa.Opcode.DMA_STORE: "dma_out", isa.Opcode.MATMUL: "matrix",
-           isa.Opcode.REDUCE: "reduce"}
+           isa.Opcode.REDUCE: "reduce", isa.Opcode.VEC: "vector"}
 
 
 @pytest.mark.sim
@@ -240,16 +240,21 @@ def test_stream_is_traced_on_its_tracks(sim, tmp_path):
     assert unit("red", "reduce")["start"] == head("red")["end"] >= unit("mm1", "matrix")["end"], how
     assert unit("st_c", "dma_out")["start"] > unit("mm1", "matrix")["end"], how
     assert unit("st_sum", "dma_out")["start"] > unit("red", "reduce")["end"], how
+    # a VEC issues once the reduction unit is idle, and is busy its count + 2 cycles
+    v = unit("vec", "vector")
+    assert v["start"] == head("vec")["end"] >= unit("red", "reduce")["end"], how
+    assert v["end"] - v["start"] == TRACED.rows + 2, (v, how)
 
     path = write_chrome_trace(trace, tmp_path / "trace.json", meta={"sim": sim})
     with open(path) as f:
         doc = json.load(f)
     tracks = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
-    assert {"command processor", "DMA in", "DMA out", "matrix engine", "reduction unit"} <= set(tracks.values())
+    assert {"command processor", "DMA in", "DMA out", "matrix engine", "reduction unit",
+            "vector unit"} <= set(tracks.values())
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert len(slices) == len(events)
     names = {"stream": "command processor", "dma_in": "DMA in", "dma_out": "DMA out", "matrix": "matrix engine",
-             "reduce": "reduction unit"}
+             "reduce": "reduction unit", "vector": "vector unit"}
     assert all(tracks[s["tid"]].startswith(names[s["cat"]]) for s in slices)
 
 

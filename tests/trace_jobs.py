@@ -36,6 +36,7 @@ def double_buffered_stream(cfg, dram: dict[str, int]) -> list[tuple[str, int]]:
         ("wait1", isa.nop(wait=1, tag=next(tags))),
         ("mm1", isa.matmul(a=K, b=K, c=0, k=K, accumulate=True, wait=1, signal=2, tag=next(tags))),
         ("red", isa.reduce(ReduceOp.SUM, src=0, count=R, dst=R, signal=3, tag=next(tags))),
+        ("vec", isa.vec(isa.VecOp.I2F, a=0, count=R, dst=2 * R, tag=next(tags))),  # a copy nothing reads
         ("st_c", isa.dma_store(sram=0, dram=dram["c"], words=R, wait=2, tag=next(tags))),
         ("st_sum", isa.dma_store(sram=R, dram=dram["sum"], words=1, wait=3, tag=next(tags))),
     ]
