@@ -76,7 +76,7 @@ def _tile_cycles(cfg, nq: int, tk: int, dp: int, masked: bool, bytes_per_cycle: 
 
 
 def plan_attention(cfg, seq: int, dim: int, causal: bool, bq: int | None = None, tk: int | None = None,
-                   bytes_per_cycle: float = 1.0) -> AttentionPlan:
+                   bytes_per_cycle: float = 1.0, b_reserved_top_words: int = 0) -> AttentionPlan:
     """The query block and key tile that fit the SRAMs with the fewest modelled cycles (or the
     ones given, checked). Causal plans take bq == tk (one diagonal mask serves every block)."""
     dp = -(-dim // cfg.rows) * cfg.rows
@@ -88,7 +88,8 @@ def plan_attention(cfg, seq: int, dim: int, causal: bool, bq: int | None = None,
         b_words = nq * (dp + t)  # Q^T panels + P^T panels
         acc = _acc_layout(AttentionPlan(seq, dim, lanes, rows, b, t, causal), dp,
                           _n_masks(seq, b, t, causal))["end"]
-        return a_words <= cfg.operand_depth and b_words <= cfg.operand_depth and acc <= cfg.acc_depth
+        return (a_words <= cfg.operand_depth and b_words <= cfg.operand_depth - b_reserved_top_words
+                and acc <= cfg.acc_depth)
 
     if bq is not None or tk is not None:
         b = bq or lanes
@@ -260,8 +261,13 @@ async def attention(dev: KernelDevice, q: np.ndarray, k: np.ndarray, v: np.ndarr
     cfg = dev.config
     if not cfg.vector:
         raise ValueError("attention needs the vector unit; this chip was built with vector=False")
+    gc = mitigations.gemm
+    if gc.repeat_first_a_word or gc.avoid_unit_chunk:
+        raise ValueError("the active errata mitigations ask the MATMUL streams for a repeated first A word or no "
+                         "single-step chunks (GemmConstraints), which attention does not implement yet: run it on "
+                         "a revision without those errata, or with their mitigations off to see the defect")
     seq, dim = q.shape
-    plan = plan_attention(cfg, seq, dim, causal, bq, tk, dev.board.bytes_per_cycle)
+    plan = plan_attention(cfg, seq, dim, causal, bq, tk, dev.board.bytes_per_cycle, gc.b_reserved_top_words)
     R, C, L = cfg.rows, cfg.cols, cfg.lanes
     dp, nq = plan.dim_pad, plan.nq
     q8, k8, v8, sq, sk, sv = quantize_qkv(q, k, v)

@@ -44,8 +44,9 @@ def _check(op: str, a, b, broadcast: str) -> tuple[np.ndarray, np.ndarray | None
         raise ValueError(f"op must be one of {', '.join(VEC_OPS)}, got {op!r}")
     if broadcast not in BROADCASTS:
         raise ValueError(f"broadcast must be one of {', '.join(BROADCASTS)}, got {broadcast!r}")
-    dtype = np.int32 if op == "i2f" else np.float32
-    a = check_matrix("a", a, (dtype,), "int32 values to convert" if op == "i2f" else "fp32 values, shape (R, C)")
+    ints = op in ("i2f", "deq")  # the ops that read int32
+    dtype = np.int32 if ints else np.float32
+    a = check_matrix("a", a, (dtype,), "int32 values to convert" if ints else "fp32 values, shape (R, C)")
     rows, cols = a.shape
     if op in UNARY:
         if b is not None:

@@ -66,6 +66,12 @@ def test_run_softmax_json(tmp_path):
     assert d["cycles"] > 0
 
 
+def test_run_attention_on_a_revision_it_cannot_mitigate_is_cannot_start(capsys):
+    assert cli.main(["run", "attention", "--seq", "8", "--dim", "4", "--rev", "A0"]) == cli.EXIT_CANNOT_START
+    err = capsys.readouterr().err
+    assert "FL-ME-002" in err and "B1" in err, err
+
+
 @pytest.mark.parametrize(
     "argv, needle",
     [
@@ -312,7 +318,8 @@ def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
     monkeypatch.setattr(build, "build_simulator", lambda variant, sim: SimpleNamespace(first_build_s=2.0, build_s=0.01))
     monkeypatch.setattr(bench, "available_simulators", lambda: {"verilator": object()})
     out = tmp_path / "b.json"
-    assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "3X4X5", "--json", str(out)]) == cli.EXIT_OK
+    argv = ["bench", "--sims", "verilator", "--shapes", "2x2x2", "3X4X5", "--rev", "B1", "--json", str(out)]
+    assert cli.main(argv) == cli.EXIT_OK
     (fn, kwargs, kw), (vfn, vkwargs, _) = fake_jobs[-2:]
     assert fn is kernel_jobs.bench_job and kw["sim"] == "verilator"
     assert kwargs == {"shapes": [[2, 2, 2], [3, 4, 5]], "seed": 1, "errata_policy": {},
@@ -324,6 +331,9 @@ def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "--attention", "--rows"]) == cli.EXIT_OK
     assert [f for f, _, _ in fake_jobs[n:]] == [kernel_jobs.bench_job], "--attention/--rows with no value: none"
     assert cli.main(["bench", "--sims", "verilator", "--attention", "64"]) == cli.EXIT_CANNOT_START
+    n = len(fake_jobs)  # on A0 attention is skipped (its MATMUL-errata mitigations are not built), rows still run
+    assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2"]) == cli.EXIT_OK
+    assert fake_jobs[-1][1]["attention"] == [] and fake_jobs[-1][1]["rows"] == [[64, 256]]
     assert [r["shape"] for r in json.loads(out.read_text())] == ["2x2x2", "3x4x5"]
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2"]) == cli.EXIT_CANNOT_START
 

@@ -32,9 +32,10 @@ STAGES: tuple[Stage, ...] = (
           ("dram",)),
     # The GEMM and reduction kernels move their data by DMA: no engine test means anything
     # until the DMA has passed (errata and kernels depend on this one, so on the DMA too).
-    Stage("engine_smoke", "identity and random MATMUL, reductions vs golden", ("command_path", "dma_smoke")),
+    Stage("engine_smoke", "identity and random MATMUL, reductions, vector-unit ops vs golden",
+          ("command_path", "dma_smoke")),
     Stage("errata", "every reproducer vs the registry", ("engine_smoke",)),
-    Stage("kernels", "GEMM and reduction suite with mitigations", ("engine_smoke",)),
+    Stage("kernels", "GEMM, reduction, softmax, norm and attention suite with mitigations", ("engine_smoke",)),
     Stage("performance", "perf counters consistent, both roofs, the binding one and the gap in one sentence", ("kernels",)),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)

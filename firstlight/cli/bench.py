@@ -21,6 +21,7 @@ from .common import (
     add_json_option,
     add_rev_option,
     add_seed_option,
+    attention_blockers,
     console,
     err_console,
     fmt_pct,
@@ -198,6 +199,11 @@ def cmd(args) -> int:
                               soft_wrap=True)
     console.print(bench_table(rows, title))
     vrows = []
+    blockers = attention_blockers(args.rev)
+    if attention and blockers:
+        console.print(plain((f"attention skipped on {args.rev}: ", "yellow"), f"its mitigations of {', '.join(blockers)} "
+                            "are not built for the attention kernel yet (bench --rev B1 runs it)"))
+        attention = []
     if cfg.vector and (attention or row_shapes):
         for s in sims:
             if s == "icarus" and args.attention is None and args.row_shapes is None:

@@ -21,6 +21,7 @@ from .common import (
     add_rev_option,
     add_seed_option,
     add_sim_option,
+    attention_blockers,
     cells,
     check_output_dir,
     console,
@@ -150,7 +151,14 @@ def cmd(args) -> int:
         if not variant.config.vector:
             raise CannotStart("attention needs the vector unit, and this chip is built without it")
         from kernels.attention import plan_attention
+        from rtl.revisions import REVISIONS
 
+        lacking = attention_blockers(args.rev, policy)
+        if lacking:
+            fine = [r for r in REVISIONS if not attention_blockers(r)]
+            raise CannotStart(f"attention does not implement the mitigations of {', '.join(lacking)} (revision "
+                              f"{args.rev}) yet; run it on {' or '.join(fine) or 'no revision'}, or with "
+                              f"--errata-policy {lacking[0]}=off to see the defect")
         try:
             plan_attention(variant.config, args.seq, args.dim, args.causal)
         except ValueError as e:
