@@ -16,8 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .softmax import row_words
-from .vector import bits, floats, reduce_words, vector_op
+from .vector import bits, floats, reduce_words, row_words, vector_op
 
 __all__ = ["inv_count", "layer_norm_rows", "rms_norm_rows", "layer_norm_reference", "rms_norm_reference",
            "lane_mask"]

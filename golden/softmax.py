@@ -10,20 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .vector import bits, floats, reduce_words, vector_op
+from .vector import floats, reduce_words, row_words, vector_op
 
-__all__ = ["softmax_rows", "softmax_reference", "row_words"]
+__all__ = ["softmax_rows", "softmax_reference"]
 
 NEG_INF = 0xFF800000
-
-
-def row_words(x: np.ndarray, lanes: int, pad: int) -> np.ndarray:
-    """(R, C) fp32 -> (R, W, LANES) bit patterns, padded with the bit pattern ``pad``."""
-    r, c = x.shape
-    w = -(-c // lanes)
-    out = np.full((r, w * lanes), pad, np.uint32)
-    out[:, :c] = bits(x)
-    return out.reshape(r, w, lanes)
 
 
 def softmax_rows(x: np.ndarray, lanes: int) -> np.ndarray:

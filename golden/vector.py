@@ -22,7 +22,7 @@ import numpy as np
 
 from .special import exp_bits, recip_bits, rsqrt_bits
 
-__all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats"]
+__all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats", "row_words"]
 
 CANONICAL_NAN = 0x7FC00000
 VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt", "deq", "expsub")
@@ -32,6 +32,19 @@ UNARY_OPS = ("i2f", "relu", "exp", "recip", "rsqrt")
 def bits(x) -> np.ndarray:
     """fp32 values as their uint32 bit patterns."""
     return np.ascontiguousarray(np.asarray(x, np.float32)).view(np.uint32)
+
+
+def row_words(x: np.ndarray, lanes: int, pad: int) -> np.ndarray:
+    """(R, C) 32-bit values (fp32 or int32) -> (R, W, LANES) bit patterns, the way rows lie in
+    the accumulator SRAM: ``ceil(C / LANES)`` words a row, padded with the bit pattern ``pad``."""
+    x = np.ascontiguousarray(x)
+    if x.dtype not in (np.float32, np.int32, np.uint32):
+        x = x.astype(np.float32)
+    r, c = x.shape
+    w = -(-c // lanes)
+    out = np.full((r, w * lanes), pad, np.uint32)
+    out[:, :c] = x.view(np.uint32)
+    return out.reshape(r, w, lanes)
 
 
 def floats(b) -> np.ndarray:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from golden.norms import inv_count, lane_mask
-from golden.softmax import row_words
+from golden.vector import row_words
 from golden.vector import bits
-from rtl.isa import ReduceOp, VecB, VecOp, reduce, vec
+from rtl.isa import MAX_COUNT, ReduceOp, VecB, VecOp, reduce, vec
 from workarounds import Mitigations, Unit
 
 from .acc_pass import acc_pass, units_busy_cycles
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["layer_norm", "rms_norm", "norm_stream"]
 
 NORM_UNITS = (Unit.REDUCE, Unit.CMDPROC, Unit.DMA)
-MAX_COUNT = 0xFFFF
 
 
 def _layout(n: int, wpr: int) -> dict[str, int]:

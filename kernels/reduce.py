@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rtl.isa import ReduceOp, dma_load, dma_store, reduce
+from rtl.isa import MAX_COUNT, ReduceOp, dma_load, dma_store, reduce
 from rtl.memories import Region
 from workarounds import Mitigations, Unit
 
@@ -28,7 +28,6 @@ __all__ = ["reduce_rows", "IDENTITY", "OPS"]
 
 OPS = {"sum": ReduceOp.SUM, "max": ReduceOp.MAX, "min": ReduceOp.MIN}
 IDENTITY = {ReduceOp.SUM: 0, ReduceOp.MAX: -(2**31), ReduceOp.MIN: 2**31 - 1}
-MAX_COUNT = 0xFFFF
 
 
 async def _reduce_word_rows(dev, rows: list[np.ndarray], op: ReduceOp, host: dict, budget,

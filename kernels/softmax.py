@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from golden.softmax import NEG_INF, row_words
-from rtl.isa import ReduceOp, VecB, VecOp, reduce, vec
+from golden.softmax import NEG_INF
+from golden.vector import row_words
+from rtl.isa import MAX_COUNT, ReduceOp, VecB, VecOp, reduce, vec
 from workarounds import Mitigations, Unit
 
 from .acc_pass import acc_pass, units_busy_cycles
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["softmax", "softmax_stream"]
 
 SOFTMAX_UNITS = (Unit.REDUCE, Unit.CMDPROC, Unit.DMA)
-MAX_COUNT = 0xFFFF
 
 
 def softmax_stream(n: int, wpr: int) -> list[int]:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from golden.vector import UNARY_OPS as UNARY
-from golden.vector import VEC_OPS
-from rtl.isa import VecB, VecOp, vec
+from golden.vector import VEC_OPS, row_words
+from rtl.isa import MAX_COUNT, VecB, VecOp, vec
 from workarounds import Mitigations, Unit
 
 from .acc_pass import acc_pass
@@ -36,7 +36,6 @@ __all__ = ["elementwise", "BROADCASTS", "UNARY"]
 
 BROADCASTS = ("none", "row", "col")
 VECTOR_UNITS = (Unit.CMDPROC, Unit.DMA)  # the units an elementwise kernel's errata can live in
-MAX_COUNT = 0xFFFF
 
 
 def _check(op: str, a, b, broadcast: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -68,15 +67,6 @@ def _check(op: str, a, b, broadcast: str) -> tuple[np.ndarray, np.ndarray | None
     return a, np.ascontiguousarray(b)
 
 
-def _words(x: np.ndarray, lanes: int) -> np.ndarray:
-    """(R, C) 32-bit values as (R, W, LANES) words, zero-padded."""
-    r, c = x.shape
-    w = -(-c // lanes)
-    out = np.zeros((r, w * lanes), np.uint32)
-    out[:, :c] = x.view(np.uint32)
-    return out.reshape(r, w, lanes)
-
-
 async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray | None = None, *,
                       broadcast: str = "none", mitigations: Mitigations,
                       budget_cycles: int | None = None) -> tuple[np.ndarray, KernelStats]:
@@ -93,7 +83,7 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
         raise ValueError("this chip has no vector unit (built with vector=False): VEC commands are rejected")
     lanes, depth = cfg.lanes, cfg.acc_depth
     rows, cols = a.shape
-    aw = _words(a, lanes)  # (R, W, LANES)
+    aw = row_words(a, lanes, 0)  # (R, W, LANES)
     wpr = aw.shape[1]
     # words of b per chunk of n rows, and the rows a chunk may hold (a words + b words <= depth)
     b_words = {"none": lambda n: n * wpr, "row": lambda n: n, "col": lambda n: wpr}[broadcast] if b is not None \
@@ -123,12 +113,12 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
             if b is None:
                 words_b = np.zeros((0, lanes), np.uint32)
             elif broadcast == "none":
-                words_b = _words(b[r0:r0 + n], lanes).reshape(-1, lanes)
+                words_b = row_words(b[r0:r0 + n], lanes, 0).reshape(-1, lanes)
             elif broadcast == "row":
                 words_b = np.zeros((n, lanes), np.uint32)
                 words_b[:, 0] = b[r0:r0 + n].view(np.uint32)
             else:
-                words_b = _words(b.reshape(1, -1), lanes).reshape(-1, lanes)
+                words_b = row_words(b.reshape(1, -1), lanes, 0).reshape(-1, lanes)
             na = len(words_a)
             if b is None:  # a unary op: b is not read
                 vecs = [dict(a=0, b=0, count=na, b_form=VecB.VECTOR)]

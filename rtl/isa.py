@@ -22,7 +22,7 @@ from .csr_map import SEMAPHORES
 np_integer = numbers.Integral  # kernels pass numpy integers too
 
 __all__ = [
-    "COMMAND_LAYOUT", "COMMAND_BITS", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
+    "COMMAND_LAYOUT", "COMMAND_BITS", "MAX_COUNT", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
     "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VecDst", "VEC_FLAGS", "VEC_UNARY", "VEC_TO_OPERAND",
     "pack_command", "unpack_command", "decode", "opcode_of", "with_opcode", "field_of_bit",
     "matmul", "reduce", "vec", "fence", "nop", "dma_load", "dma_store", "dma_stride", "sync_of", "with_sync",
@@ -158,6 +158,7 @@ COMMAND_LAYOUT = data.StructLayout(
 )
 COMMAND_BITS = COMMAND_LAYOUT.size
 assert COMMAND_BITS == 128
+MAX_COUNT = (1 << COMMAND_LAYOUT["length"].width) - 1  # the most words one REDUCE / VEC / DMA row covers
 
 
 def _flatten(layout, offset: int = 0, path: str = "") -> dict[str, tuple[int, int]]:
