@@ -92,18 +92,9 @@ def exp_bits(x) -> np.ndarray:
     t = np.array(EXP_TABLE, dtype=U64)[i]
     mant = t * p  # Q.62, in [1, 2) (or a hair above: normalised below)
     # 4. round to 24 significant bits, nearest even; exponent n
-    top = (mant >> U64(63)) != 0
-    shift = np.where(top, U64(40), U64(39))
-    n = n + top.astype(np.int64)
-    q = mant >> shift
-    rem = mant & ((U64(1) << shift) - U64(1))
-    half = U64(1) << (shift - U64(1))
-    q = q + ((rem > half) | ((rem == half) & ((q & U64(1)) == 1))).astype(U64)
-    carry = q >> U64(24)  # rounding up to 2**24
-    n = n + carry.astype(np.int64)
-    q = np.where(carry != 0, q >> U64(1), q)
-    biased = n + 127
-    out = ((biased.clip(0, 255).astype(U64)) << U64(23)) | (q & U64(0x7FFFFF))
+    frac23, off = _round_at(mant, 62)
+    biased = n + off + 127
+    out = ((biased.clip(0, 255).astype(U64)) << U64(23)) | frac23
     out = np.where(biased >= 255, U64(POS_INF), out)
     out = np.where(biased <= 0, U64(0), out)  # results below 2**-126 flush to +0
     out = np.where(big & ~neg, U64(POS_INF), out)
@@ -145,18 +136,20 @@ RECIP_RANGE = (2.0**-126, 2.0**126)  # |v| whose reciprocal is a normal number (
 RSQRT_RANGE = (2.0**-126, float(np.finfo(np.float32).max))
 
 
-def _round_q31(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A value x * 2**-31 in [0.5, 2) to (23 fraction bits, exponent offset): offset 0 for
-    [1, 2), -1 for [0.5, 1), +1 more when rounding carries into the next binade. RNE."""
-    top = x >= U64(1 << 31)
-    shift = np.where(top, U64(8), U64(7))
+def _round_at(x: np.ndarray, point: int) -> tuple[np.ndarray, np.ndarray]:
+    """A value x * 2**-point in [1, 4) to (23 fraction bits, exponent offset): offset 0 for
+    [1, 2), 1 for [2, 4), +1 more when rounding carries into the next binade. RNE. The one
+    rounding every special function ends with (exp at Q.62; recip and rsqrt hold Q.31 in
+    [0.5, 2), which is Q.30 in [1, 4), so their offset is one less)."""
+    top = x >= U64(1 << (point + 1))
+    shift = np.where(top, U64(point - 22), U64(point - 23))
     q = x >> shift
     rem = x & ((U64(1) << shift) - U64(1))
     half = U64(1) << (shift - U64(1))
     q = q + ((rem > half) | ((rem == half) & ((q & U64(1)) == 1))).astype(U64)
     carry = (q >> U64(24)) != 0
     frac = np.where(carry, U64(0), q & U64(0x7FFFFF))
-    return frac, top.astype(np.int64) - 1 + carry.astype(np.int64)
+    return frac, top.astype(np.int64) + carry.astype(np.int64)
 
 
 def recip_bits(v) -> np.ndarray:
@@ -172,8 +165,8 @@ def recip_bits(v) -> np.ndarray:
     for _ in range(2):
         t = U64(1 << 32) - ((mant * x) >> U64(23))  # 2 - m*x in Q.31
         x = (x * t) >> U64(31)
-    f, off = _round_q31(x)
-    biased = 254 - e + off  # 1/v = (1/m) * 2**(127 - e)
+    f, off = _round_at(x, 30)  # Q.31 in [0.5, 2) is Q.30 in [1, 4)
+    biased = 253 - e + off  # 1/v = (1/m) * 2**(127 - e)
     out = (sign << U64(31)) | (biased.clip(0, 255).astype(U64) << U64(23)) | f
     out = np.where(biased <= 0, sign << U64(31), out)
     out = np.where(e == 0, (sign << U64(31)) | U64(POS_INF), out)
@@ -198,8 +191,8 @@ def rsqrt_bits(v) -> np.ndarray:
         y2 = (y * y) >> U64(31)
         t = U64(3 << 31) - ((w * y2) >> U64(23))  # 3 - w*y**2 in Q.31
         y = (y * t) >> U64(32)  # and the halving
-    f, off = _round_q31(y)
-    biased = 127 - (k >> 1) + off  # 1/sqrt(v) = w**-0.5 * 2**-p, p = floor(k / 2)
+    f, off = _round_at(y, 30)
+    biased = 126 - (k >> 1) + off  # 1/sqrt(v) = w**-0.5 * 2**-p, p = floor(k / 2)
     out = (biased.astype(U64) << U64(23)) | f
     zero = e == 0
     out = np.where(zero, (sign << U64(31)) | U64(POS_INF), out)

@@ -74,16 +74,10 @@ def fp32_exp(m: Module, x, name: str = "exp"):
     mant = Signal(64, name=f"{name}_mant")  # Q.62
     m.d.comb += mant.eq(t * p)
     # 4. 24 significant bits, nearest even, exponent n
-    top = mant[63]
-    q = Mux(top, mant[40:64], mant[39:63])
-    rnd = Mux(top, mant[39], mant[38])
-    sticky = Mux(top, mant[:39] != 0, mant[:38] != 0)
-    q2 = Signal(25, name=f"{name}_q")
-    m.d.comb += q2.eq(q + (rnd & (sticky | q[0])))
-    carry = q2[24]
+    frac23, off = _round_at(m, mant, 62, name)
     biased = Signal(signed(12), name=f"{name}_biased")
-    m.d.comb += biased.eq(n + top + carry + 127)
-    normal = Cat(Mux(carry, 0, q2[:23]), biased[:8])
+    m.d.comb += biased.eq(n + off + 127)
+    normal = Cat(frac23, biased[:8])
     out = Signal(32, name=f"{name}_out")
     with m.If(is_nan(x)):
         m.d.comb += out.eq(CANONICAL_NAN)
@@ -120,17 +114,20 @@ RECIP_SEED = _recip_seed()
 RSQRT_SEED = _rsqrt_seed()
 
 
-def _round_q31(m: Module, x, name: str):
-    """x * 2**-31 in [0.5, 2) -> (23 fraction bits, exponent offset -1..1), nearest even."""
-    top = x[31]
-    q = Mux(top, x[8:32], x[7:31])
-    rnd = Mux(top, x[7], x[6])
-    sticky = Mux(top, x[:7] != 0, x[:6] != 0)
+def _round_at(m: Module, x, point: int, name: str):
+    """x * 2**-point in [1, 4) -> (23 fraction bits, exponent offset 0..2), nearest even: the
+    one rounding every special function ends with (exp: Q.62, recip and rsqrt: Q.31 in [0.5, 2),
+    so their offset is one less)."""
+    hi = point + 1  # the bit that says the value is in [2, 4)
+    top = x[hi]
+    q = Mux(top, x[hi - 23:hi + 1], x[hi - 24:hi])
+    rnd = Mux(top, x[hi - 24], x[hi - 25])
+    sticky = Mux(top, x[:hi - 24] != 0, x[:hi - 25] != 0)
     q2 = Signal(25, name=f"{name}_q")
     m.d.comb += q2.eq(q + (rnd & (sticky | q[0])))
     carry = q2[24]
-    off = Signal(signed(3), name=f"{name}_off")
-    m.d.comb += off.eq(top + carry - 1)
+    off = Signal(signed(3), name=f"{name}_off")  # signed: the callers subtract from it
+    m.d.comb += off.eq(top + carry)
     return Mux(carry, 0, q2[:23]), off
 
 
@@ -147,9 +144,9 @@ def fp32_recip(m: Module, v, name: str = "recip"):
         nx = Signal(32, name=f"{name}_x{step + 1}")
         m.d.comb += nx.eq((x * t) >> 31)
         x = nx
-    f, off = _round_q31(m, x, name)
+    f, off = _round_at(m, x, 30, name)  # Q.31 in [0.5, 2) is Q.30 in [1, 4)
     biased = Signal(signed(11), name=f"{name}_biased")
-    m.d.comb += biased.eq(254 - e + off)
+    m.d.comb += biased.eq(253 - e + off)
     out = Signal(32, name=f"{name}_out")
     with m.If(e == 255):
         m.d.comb += out.eq(Mux(frac != 0, CANONICAL_NAN, Cat(Const(0, 31), sign)))
@@ -182,9 +179,9 @@ def fp32_rsqrt(m: Module, v, name: str = "rsqrt"):
         ny = Signal(32, name=f"{name}_y{step + 1}")
         m.d.comb += ny.eq((y * t) >> 32)
         y = ny
-    f, off = _round_q31(m, y, name)
+    f, off = _round_at(m, y, 30, name)
     biased = Signal(signed(11), name=f"{name}_biased")
-    m.d.comb += biased.eq(127 - (k >> 1) + off)
+    m.d.comb += biased.eq(126 - (k >> 1) + off)
     out = Signal(32, name=f"{name}_out")
     with m.If(e == 0):
         m.d.comb += out.eq(Cat(Const(POS_INF, 31), sign))
