@@ -132,6 +132,20 @@ def bench_table(rows: list[dict], title: str) -> FittedTable:
                        keys=2)
 
 
+def _bench_records(job, params: dict, rtype: str, variant, sim: str) -> tuple[list[dict], bool, bool]:
+    """Run one bench job; return (its records of type ``rtype``, whether the job failed, whether
+    that was a harness error). A job that fails still gives the records it wrote before."""
+    from cosim.jobs import JobFailed, SimulatorDied, run_job
+
+    try:
+        res = run_job(job, params, variant=variant, sim=sim)
+        return [r for r in res.records if r.get("type") == rtype], False, False
+    except JobFailed as e:
+        died = isinstance(e, SimulatorDied)
+        err_console.print(plain((f"{sim}: {'harness error: ' if died else ''}{e}", "red")))
+        return [r for r in e.records if r.get("type") == rtype], True, died
+
+
 def cmd(args) -> int:
     found = available_simulators()
     sims = args.sims or [s for s, info in found.items() if not isinstance(info, SimulatorMissing)]
@@ -147,7 +161,6 @@ def cmd(args) -> int:
 
     # imported once the arguments are known good, so that a bad one exits 2 quickly
     from cosim.build import build_simulator
-    from cosim.jobs import JobFailed, SimulatorDied, run_job
     from firstlight.jobs import kernels as kernel_jobs
 
     cfg = variant.config
@@ -163,16 +176,11 @@ def cmd(args) -> int:
             shapes = [sh for sh in shapes if sh[0] * sh[1] * sh[2] <= ICARUS_MAX_SIDE**3]
         first = build_simulator(variant, sim=s)
         cached = build_simulator(variant, sim=s)
-        try:
-            res = run_job(kernel_jobs.bench_job, {"shapes": shapes, "seed": args.seed, "errata_policy": {},
-                                                  "double_buffer": buffering, "trace": args.trace is not None},
-                          variant=variant, sim=s)
-            recs = [r for r in res.records if r.get("type") == "bench"]
-        except JobFailed as e:
-            harness |= isinstance(e, SimulatorDied)
-            err_console.print(plain((f"{s}: {'harness error: ' if isinstance(e, SimulatorDied) else ''}{e}", "red")))
-            recs = [r for r in e.records if r.get("type") == "bench"]
-            failed = True
+        recs, job_failed, died = _bench_records(kernel_jobs.bench_job, {
+            "shapes": shapes, "seed": args.seed, "errata_policy": {}, "double_buffer": buffering,
+            "trace": args.trace is not None}, "bench", variant, s)
+        failed |= job_failed
+        harness |= died
         for r in recs:
             st = r["stats"]
             failed |= not r["passed"]
@@ -208,15 +216,10 @@ def cmd(args) -> int:
         for s in sims:
             if s == "icarus" and args.attention is None and args.row_shapes is None:
                 continue  # ~40x slower: only what is asked for
-            try:
-                res = run_job(kernel_jobs.vector_bench_job, {"attention": attention, "rows": row_shapes,
-                                                             "seed": args.seed}, variant=variant, sim=s)
-                recs = [r for r in res.records if r.get("type") == "vector_bench"]
-            except JobFailed as e:
-                harness |= isinstance(e, SimulatorDied)
-                err_console.print(plain((f"{s}: {e}", "red")))
-                recs = [r for r in e.records if r.get("type") == "vector_bench"]
-                failed = True
+            recs, job_failed, died = _bench_records(kernel_jobs.vector_bench_job, {
+                "attention": attention, "rows": row_shapes, "seed": args.seed}, "vector_bench", variant, s)
+            failed |= job_failed
+            harness |= died
             for r in recs:
                 st = r["stats"]
                 failed |= not r["passed"]
