@@ -22,10 +22,13 @@ import numpy as np
 
 from .special import exp_bits, recip_bits, rsqrt_bits
 
-__all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats", "row_words"]
+__all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats", "row_words", "INT_INPUT_OPS", "INT_RESULT_OPS", "requant", "requant_params", "REQUANT_SCALE_RANGE"]
 
 CANONICAL_NAN = 0x7FC00000
-VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt", "deq", "expsub")
+VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt", "deq", "expsub", "iadd",
+           "requant")
+INT_INPUT_OPS = ("i2f", "deq", "iadd", "requant")  # read a as int32
+INT_RESULT_OPS = ("iadd", "requant")  # give int32 lanes (requant: int8 values, sign-extended)
 UNARY_OPS = ("i2f", "relu", "exp", "recip", "rsqrt")
 
 
@@ -93,6 +96,10 @@ def vector_op(op: str, a, b=None) -> np.ndarray:
         return out
     if b is None:
         raise ValueError(f"vector op {op!r} takes a second operand b")
+    if op == "iadd":
+        return (a.astype(np.uint64) + np.broadcast_to(np.asarray(b, np.uint32), a.shape)).astype(np.uint32)
+    if op == "requant":
+        return requant(a.view(np.int32), b).view(np.uint32)
     if op == "deq":  # the two steps, each rounded
         return vector_op("fmul", vector_op("i2f", a), b)
     if op == "expsub":
@@ -104,6 +111,45 @@ def vector_op(op: str, a, b=None) -> np.ndarray:
     with np.errstate(all="ignore"):
         r = {"fadd": np.add, "fsub": np.subtract, "fmul": np.multiply}[op](fa, fb, dtype=np.float32)
     return _canon(r)
+
+
+REQUANT_SCALE_RANGE = (2.0**-40, 2.0**24)  # scales requant_params encodes: [low, high)
+
+
+def requant(a, params) -> np.ndarray:
+    """REQUANT: int32 ``a`` by parameter words ``params`` (uint32, broadcast against ``a``):
+    bits 0-23 mult, 24-29 shift, 31 relu (30 ignored). The exact product a * mult rounded once,
+    half away from zero, at ``shift`` bits, then clamped to [-128, 127] ([0, 127] with relu).
+    int32 result of ``a``'s shape (the int8 values)."""
+    a = np.asarray(a, np.int32).astype(np.int64)
+    p = np.broadcast_to(np.asarray(params, np.uint32), a.shape).astype(np.int64)
+    mult, shift, relu = p & 0xFFFFFF, (p >> 24) & 63, (p >> 31) & 1
+    prod = a * mult  # |prod| < 2**55: exact in int64
+    mag = np.abs(prod)
+    # floor((mag + 2**(shift-1)) / 2**shift), as the quotient plus the bit below it (2**63 would
+    # not fit an int64)
+    q = (mag >> shift) + np.where(shift > 0, (mag >> np.maximum(shift - 1, 0)) & 1, 0)
+    q = np.where(prod < 0, -q, q)
+    return np.clip(q, np.where(relu == 1, 0, -128), 127).astype(np.int32)
+
+
+def requant_params(scale, relu: bool = False) -> np.ndarray:
+    """The REQUANT parameter word of each real scale s > 0: s = mult * 2**-shift with mult the
+    nearest integer below 2**24 and shift in 0..63 as large as that allows (24 significant bits
+    where s >= 2**-40). Scales outside REQUANT_SCALE_RANGE are refused."""
+    s = np.asarray(scale, np.float64)
+    lo, hi = REQUANT_SCALE_RANGE
+    bad = ~((s >= lo) & (s < hi))
+    if bad.any():
+        raise ValueError(f"requantization scales must lie in [2**-40, 2**24); got {s[bad].ravel()[:4].tolist()}")
+    shift = np.clip(23 - np.floor(np.log2(s)).astype(np.int64), 0, 63)
+    mult = np.rint(np.ldexp(s, shift)).astype(np.int64)
+    over = mult >= 1 << 24  # rounding reached 2**24: one bit less
+    shift = np.where(over & (shift > 0), shift - 1, shift)
+    mult = np.where(over, np.rint(np.ldexp(s, shift)).astype(np.int64), mult)
+    if (mult >= 1 << 24).any():
+        raise ValueError("a requantization scale rounds to 2**24 or more; scales must lie below 2**24")
+    return (mult | (shift << 24) | (np.int64(bool(relu)) << 31)).astype(np.uint32)
 
 
 def to_int8(a, scale) -> np.ndarray:

@@ -27,6 +27,7 @@ from rtl.memories import Region
 from workarounds import GemmConstraints, Mitigations, Unit
 
 from .dma_stream import SEM, Ledger
+from .epilogue import Epilogue, epilogue_vecs, max_columns
 from .layout import pack_a_panels, pack_b_panels
 from .roofline import drain_cycles, ideal_cycles, memory_cycles
 from .stats import KernelStats, Measure
@@ -267,6 +268,7 @@ class GemmBuffers:
     sb: Buffer | None = None
     blocks: int = 0
     scratch: Buffer | None = None  # for a fused kernel's own results (``scratch_bytes``)
+    epilogue: Buffer | None = None  # the epilogue's bias and parameter words (kernels/epilogue.py)
 
 
 def _words_bytes(words: np.ndarray, nbytes: int) -> bytes:
@@ -278,7 +280,7 @@ def _words_bytes(words: np.ndarray, nbytes: int) -> bytes:
 
 
 def stage_operands(dev, plan: GemmPlan, a_words, b_words, fp: tuple | None = None,
-                   scratch_bytes: int = 0) -> GemmBuffers:
+                   scratch_bytes: int = 0, epilogue_words: np.ndarray | None = None) -> GemmBuffers:
     """Allocate the GEMM's DRAM buffers and fill the operands from the host (DRAM is host memory)."""
     cfg = dev.config
     R, C = cfg.rows, cfg.cols
@@ -298,7 +300,11 @@ def stage_operands(dev, plan: GemmPlan, a_words, b_words, fp: tuple | None = Non
         dev.dram_write(sa, _words_bytes(sa_words, R))
         dev.dram_write(sb, _words_bytes(sb_words, C))
     scratch = dev.dram.alloc(scratch_bytes, "scratch") if scratch_bytes else None
-    return GemmBuffers(a, b, c, sa, sb, blocks, scratch)
+    epi = None
+    if epilogue_words is not None:
+        epi = dev.dram.alloc(epilogue_words.size * 4, "epilogue")
+        dev.dram_write(epi, np.ascontiguousarray(epilogue_words, "<u4").tobytes())
+    return GemmBuffers(a, b, c, sa, sb, blocks, scratch, epi)
 
 
 def read_tiles(dev, bufs: GemmBuffers, plan: GemmPlan, out: np.ndarray) -> None:
@@ -327,6 +333,10 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
     Groups go in snake order (along N, then back) and, for int8, every other group walks K
     backwards, so two groups in a row share their boundary chunk's A or B panels: that operand is
     not loaded again. (The FP path keeps K ascending: its golden rounds per chunk in K order.)
+
+    With an epilogue (``bufs.epilogue``: kernels/epilogue.py) its words are loaded first into the
+    top 2 * TN accumulator words, and a tile row's last MATMUL hands over to the epilogue VECs,
+    the last of which signals C_READY instead.
     """
     R, C = cfg.rows, cfg.cols
     acc_wb = 4 * C
@@ -368,6 +378,14 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
     led = Ledger()
     out: list[int] = []
     strides: dict = {}
+    epi_base = epi_wait = None
+    if bufs.epilogue is not None:
+        assert group_tail is None, "a fused kernel's tail and an epilogue share the AUX semaphore"
+        epi_base = cfg.acc_depth - 2 * plan.tn
+        out.append(dma_load(Region.ACC, sram=epi_base, dram=bufs.epilogue.addr, words=2 * plan.tn,
+                            signal=SEM["AUX"]))
+        led.signal(SEM["AUX"])
+        epi_wait = SEM["AUX"]
 
     def stride(q: DmaQueue, s: int, d: int) -> None:
         if strides.get(q) != (s, d):
@@ -438,12 +456,18 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
                 sig = sig2 = None
                 if q == nb - 1 and p == na - 1 and frees_needed[idx]:
                     sig = SEM["FREE"]
-                if last and q == nb - 1:
+                if last and q == nb - 1 and epi_base is None:
                     sig2 = SEM["C_READY"]
                 scales = {"sa": ab * cap_s + p * spp, "sb": bb * cap_s + q * spp} if fp else {}
                 out.append(matmul(a=ab * cap_a + p * a_stride, b=bb * cap_b + q * plan.kc, c=slot * R, k=kc,
                                   accumulate=ci > 0, fmt=fmt, wait=wait, signal=sig, signal2=sig2, **scales))
                 led.signal(sig, sig2)
+                if last and q == nb - 1 and epi_base is not None:  # the epilogue, then C_READY
+                    wait = led.stream_wait(epi_wait) if epi_wait is not None else None
+                    epi_wait = None
+                    out.extend(epilogue_vecs(range(p * nb, p * nb + nb), R, epi_base + gj, epi_base + plan.tn + gj,
+                                             signal=SEM["C_READY"], wait=wait))
+                    led.signal(SEM["C_READY"])
                 if last and q == nb - 1:  # this tile row is complete: store it while the rest computes
                     more = g + 1 < len(groups)
                     out.append(dma_store(sram=p * nb * R, dram=bufs.c.addr + ((gi + p) * plan.tn + gj) * R * acc_wb,
@@ -481,15 +505,16 @@ def plan_traffic(cfg: ChipConfig, plan: GemmPlan) -> int:
 
 async def run_tile_groups(dev, plan: GemmPlan, a_words, b_words, out: np.ndarray, *, constraints: GemmConstraints,
                           host: dict, budget: int | None = None, fp: tuple | None = None,
-                          group_tail: GroupTail | None = None, scratch_bytes: int = 0) -> GemmBuffers:
+                          group_tail: GroupTail | None = None, scratch_bytes: int = 0,
+                          epilogue_words: np.ndarray | None = None) -> GemmBuffers:
     """The loop every GEMM-shaped kernel runs: operands into DRAM, one stream that DMAs every
     chunk in and every tile row out (:func:`gemm_stream`), one wait, C back from DRAM into ``out``.
 
     ``group_tail(g, gi, gj, na, nb, ledger, buffers)`` returns commands to queue right after a
     group's last MATMULs (a fused kernel's REDUCE and its store into ``buffers.scratch``, of
-    ``scratch_bytes``).
+    ``scratch_bytes``). ``epilogue_words`` (kernels/epilogue.py) adds the fused epilogue.
     """
-    bufs = stage_operands(dev, plan, a_words, b_words, fp, scratch_bytes)
+    bufs = stage_operands(dev, plan, a_words, b_words, fp, scratch_bytes, epilogue_words)
     fmt = Format.INT8 if fp is None else fp[0]
     stream = gemm_stream(dev.config, plan, bufs, constraints, fmt=fmt,
                          group_tail=group_tail)
@@ -521,8 +546,11 @@ def gemm_compulsory_bytes(m: int, n: int, k: int, operand_bytes: int = 1, result
 
 
 async def gemm(dev: KernelDevice, a: np.ndarray, b: np.ndarray, *, mitigations: Mitigations, k_chunk: int | None = None,
-               budget_cycles: int | None = None, double_buffer: bool = True) -> tuple[np.ndarray, KernelStats]:
-    """Run ``a @ b`` on the chip. Returns ``(c, stats)``; c is int32 with wrap-around.
+               budget_cycles: int | None = None, double_buffer: bool = True,
+               epilogue: Epilogue | None = None) -> tuple[np.ndarray, KernelStats]:
+    """Run ``a @ b`` on the chip. Returns ``(c, stats)``; c is int32 with wrap-around, or with an
+    ``epilogue`` (kernels/epilogue.py: bias, per-channel requantization, optional ReLU on the
+    vector unit before the store) int8.
 
     The operands go into DRAM (host memory) and reach the chip only by DMA; C comes back by DMA.
     ``mitigations`` comes from ``workarounds.attach(dev, policy)``; ``k_chunk`` caps the K steps
@@ -534,16 +562,40 @@ async def gemm(dev: KernelDevice, a: np.ndarray, b: np.ndarray, *, mitigations: 
     cfg: ChipConfig = dev.config
     m, k = a.shape
     n = b.shape[1]
-    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk, double_buffer=double_buffer, board=dev.board)
+    acc_words = epi_words = None
+    if epilogue is not None:
+        if not cfg.vector:
+            raise ValueError("the GEMM epilogue runs on the vector unit, and this chip has none (built with vector=False)")
+        if not isinstance(epilogue, Epilogue):
+            raise TypeError(f"epilogue must be a kernels.epilogue.Epilogue, got {type(epilogue).__name__}")
+        if len(epilogue.bias) != n:
+            raise ValueError(f"the epilogue has {len(epilogue.bias)} columns and b has {n}")
+        tn = -(-n // cfg.cols)
+        if n > max_columns(cfg):
+            raise ValueError(f"N={n} needs {2 * tn} accumulator words of epilogue parameters; the accumulator "
+                             f"SRAM has {cfg.acc_depth}, so N can be at most {max_columns(cfg)}")
+        acc_words = cfg.acc_depth - 2 * tn  # the bias and parameter words sit above the C tiles
+        epi_words = epilogue.words(cfg.lanes, tn)
+    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk, double_buffer=double_buffer, board=dev.board,
+                    acc_words=acc_words)
     a_words, b_words = prepare_operands(a, b, cfg, plan)
     out = np.zeros((plan.tm * cfg.rows, plan.tn * cfg.cols), np.int32)
     host = new_host_counts()
     extra = {"shape": [m, n, k], "useful_macs": m * n * k, "plan": plan.as_dict(),
-             "predicted_cycles": plan.predicted_cycles(cfg), "host": host, "double_buffer": plan.nbuf == 2}
+             "predicted_cycles": plan.predicted_cycles(cfg), "host": host, "double_buffer": plan.nbuf == 2,
+             "epilogue": None if epilogue is None else ("requant+relu" if epilogue.relu else "requant")}
     async with Measure(dev, "gemm", ideal_cycles(cfg, m * n * k), extra,
                        compulsory_bytes=gemm_compulsory_bytes(m, n, k)) as meas:
         await run_tile_groups(dev, plan, a_words, b_words, out, constraints=mitigations.gemm, host=host,
-                              budget=budget_cycles)
+                              budget=budget_cycles, epilogue_words=epi_words)
         await dev.check_no_error()
     meas.stats.add_errata(mitigations.report(GEMM_UNITS))
-    return out[:m, :n].copy(), meas.stats
+    c = out[:m, :n]
+    if epilogue is not None:
+        outside = int(((c < -128) | (c > 127)).sum())
+        if outside:  # REQUANT writes sign-extended int8: anything else is a chip fault, kept visible
+            meas.stats.notes.append(f"{outside} results outside int8 (words the store read before the epilogue "
+                                    "requantized them?): returned as int32 so that no check can miss them")
+            return c.copy(), meas.stats
+        return c.astype(np.int8), meas.stats
+    return c.copy(), meas.stats

@@ -74,6 +74,7 @@ class KernelStats:
     wait_cycles: dict = field(default_factory=dict)  # per unit: cycles waiting on a semaphore
     dma_engine_overlap_cycles: int | None = None
     double_buffer: bool | None = None
+    epilogue: str | None = None  # a GEMM's fused epilogue (kernels/epilogue.py): "requant" or "requant+relu"
     dram: dict | None = None  # the board's DRAM (rtl.board.BoardConfig.as_dict)
 
     def add_errata(self, report: dict) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from golden.vector import UNARY_OPS as UNARY
-from golden.vector import VEC_OPS, row_words
+from golden.vector import INT_INPUT_OPS, INT_RESULT_OPS, VEC_OPS, row_words
 from rtl.isa import MAX_COUNT, VecB, VecOp, vec
 from workarounds import Mitigations, Unit
 
@@ -43,7 +43,7 @@ def _check(op: str, a, b, broadcast: str) -> tuple[np.ndarray, np.ndarray | None
         raise ValueError(f"op must be one of {', '.join(VEC_OPS)}, got {op!r}")
     if broadcast not in BROADCASTS:
         raise ValueError(f"broadcast must be one of {', '.join(BROADCASTS)}, got {broadcast!r}")
-    ints = op in ("i2f", "deq")  # the ops that read int32
+    ints = op in INT_INPUT_OPS  # the ops that read int32
     dtype = np.int32 if ints else np.float32
     a = check_matrix("a", a, (dtype,), "int32 values to convert" if ints else "fp32 values, shape (R, C)")
     rows, cols = a.shape
@@ -55,8 +55,11 @@ def _check(op: str, a, b, broadcast: str) -> tuple[np.ndarray, np.ndarray | None
         return a, None
     if b is None:
         raise ValueError(f"{op} needs a second operand b")
-    if not isinstance(b, np.ndarray) or b.dtype != np.float32:
-        raise TypeError(f"b must be a float32 numpy array, got {type(b).__name__} "
+    b_dtype, b_what = {"iadd": (np.int32, "int32"), "requant": (np.uint32, "uint32 REQUANT parameter words "
+                                                                          "(golden.vector.requant_params)")
+                       }.get(op, (np.float32, "float32"))
+    if not isinstance(b, np.ndarray) or b.dtype != b_dtype:
+        raise TypeError(f"b of {op} must be a {b_what} numpy array, got {type(b).__name__} "
                         f"{getattr(b, 'dtype', '')}".rstrip())
     want = {"none": (rows, cols), "row": (rows,), "col": (cols,)}[broadcast]
     if b.shape != want and b.size == int(np.prod(want)) and b.ndim == 2 and broadcast != "none":
@@ -70,7 +73,8 @@ def _check(op: str, a, b, broadcast: str) -> tuple[np.ndarray, np.ndarray | None
 async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray | None = None, *,
                       broadcast: str = "none", mitigations: Mitigations,
                       budget_cycles: int | None = None) -> tuple[np.ndarray, KernelStats]:
-    """``op(a, b)`` elementwise on the vector unit; returns ``(fp32 result of a's shape, stats)``.
+    """``op(a, b)`` elementwise on the vector unit; returns ``(result of a's shape, stats)``:
+    fp32, or int32 for iadd and requant.
 
     ``op`` is one of golden.vector.VEC_OPS; ``b`` is ``a``'s shape (``broadcast="none"``), one
     value per row (``"row"``) or one per column (``"col"``); the unary ops (``i2f``, ``relu``, ``exp``) take no ``b``.
@@ -135,4 +139,5 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
         await dev.check_no_error()
     meas.stats.add_errata(mitigations.report(VECTOR_UNITS))
     meas.stats.notes.append(f"{elems} lanes computed ({rows * cols} useful)")
-    return out.reshape(rows, -1)[:, :cols].copy().view(np.float32), meas.stats
+    result = out.reshape(rows, -1)[:, :cols].copy()
+    return result.view(np.int32 if op in INT_RESULT_OPS else np.float32), meas.stats

@@ -31,7 +31,7 @@ from .board import BoardConfig
 from .config import ChipConfig
 from .csr_map import SEMAPHORES
 from .dma import DMA_ENTRY, LOAD_REGIONS, word_bytes
-from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp, VEC_TO_OPERAND, VEC_UNARY, VecB, VecDst, VecOp
+from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp, VEC_ANY_DST, VEC_TO_OPERAND, VEC_UNARY, VecB, VecDst, VecOp
 from .memories import MEM, Region
 from .faults import FaultKind
 from .revisions import Defect
@@ -234,14 +234,18 @@ class CommandProcessor(wiring.Component):
             to_operand = 0
             for c in VEC_TO_OPERAND:
                 to_operand = to_operand | (vu_flags.op == c)
+            any_dst = 0
+            for c in VEC_ANY_DST:
+                any_dst = any_dst | (vu_flags.op == c)
             unary = 0
             for u in VEC_UNARY:
                 unary = unary | (vu_flags.op == u)
             fold = vu_flags.b == VecB.FOLD
             reads_b = ~unary & ~fold  # (a conversion reads its scale from b)
-            dst_ok = Mux(to_operand, (vu_flags.dst == VecDst.B) | ((vu_flags.dst == VecDst.A) & (cfg.lanes == cfg.rows)),
-                         vu_flags.dst == VecDst.ACC)
-            fold_ok = ~(fold & (to_operand | unary))
+            operand_ok = (vu_flags.dst == VecDst.B) | ((vu_flags.dst == VecDst.A) & (cfg.lanes == cfg.rows))
+            dst_ok = Mux(to_operand, operand_ok, Mux(any_dst, operand_ok | (vu_flags.dst == VecDst.ACC),
+                                                     vu_flags.dst == VecDst.ACC))
+            fold_ok = ~(fold & (to_operand | any_dst | unary))
             dst_depth = Mux(vu_flags.dst == VecDst.ACC, cfg.acc_depth, cfg.operand_depth)
             dst_words = Mux(fold, 1, k)
             with m.If(~Const(int(cfg.vector), 1) | (vu_flags.op > max(VecOp)) | ~dst_ok | ~fold_ok):

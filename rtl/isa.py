@@ -23,7 +23,7 @@ np_integer = numbers.Integral  # kernels pass numpy integers too
 
 __all__ = [
     "COMMAND_LAYOUT", "COMMAND_BITS", "MAX_COUNT", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
-    "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VecDst", "VEC_FLAGS", "VEC_UNARY", "VEC_TO_OPERAND",
+    "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VecDst", "VEC_FLAGS", "VEC_UNARY", "VEC_TO_OPERAND", "VEC_ANY_DST", "REQUANT_PARAM",
     "pack_command", "unpack_command", "decode", "opcode_of", "with_opcode", "field_of_bit",
     "matmul", "reduce", "vec", "fence", "nop", "dma_load", "dma_store", "dma_stride", "sync_of", "with_sync",
     "DMA_FLAGS", "STRIDE_FLAGS", "SYNC", "DmaQueue", "SEMAPHORES",
@@ -76,10 +76,16 @@ class VecOp(enum.IntEnum):
     CVT_I8 = 10  # int8 of a * b, nearest even, saturating, NaN -> 0; into an operand SRAM word (dst A or B)
     DEQ = 11  # fp32(int32 a) * b: I2F then FMUL, each rounded (a dequantization in one pass)
     EXPSUB = 12  # exp(a - b): FSUB then EXP, each rounded (softmax's numerator in one pass)
+    IADD = 13  # int32 a + b, wrapping (a bias onto int32 accumulators)
+    REQUANT = 14  # int8 of int32 a by b's fixed-point multiplier and shift (REQUANT_PARAM), into ACC (sign-extended) or A / B
 
 
 VEC_UNARY = (VecOp.I2F, VecOp.RELU, VecOp.EXP, VecOp.RECIP, VecOp.RSQRT)  # b is neither read nor range-checked
-VEC_TO_OPERAND = (VecOp.CVT_I8,)  # write operand-SRAM words (VecDst.A or B); every other op writes ACC
+VEC_TO_OPERAND = (VecOp.CVT_I8,)  # write operand-SRAM words (VecDst.A or B) only
+VEC_ANY_DST = (VecOp.REQUANT,)  # int8 results: into ACC (sign-extended lanes) or an operand SRAM; the rest write ACC
+# REQUANT's second operand, one 32-bit word per lane: out = clamp(round_half_away(a * mult / 2**shift),
+# 0 if relu else -128, 127) (docs/numerics.md, "Requantization"); bit 30 is ignored.
+REQUANT_PARAM = data.StructLayout({"mult": 24, "shift": 6, "unused": 1, "relu": 1})
 
 
 class VecB(enum.IntEnum):

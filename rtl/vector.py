@@ -12,13 +12,13 @@ docs/numerics.md; ``golden/vector.py`` is its reference.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import ChipConfig
 from .fp32 import CANONICAL_NAN, fp32_add, fp32_max, fp32_min, fp32_mul, is_nan, round_to_fp32
-from .isa import VecB, VecDst, VecOp
+from .isa import REQUANT_PARAM, VecB, VecDst, VecOp
 from .ports import acc_port_members
 from .revisions import Defect
 from .special import fp32_exp, fp32_recip, fp32_rsqrt
@@ -51,6 +51,32 @@ def _to_int8(m: Module, v, name: str):
     return out
 
 
+def _requant(m: Module, a, p, name: str):
+    """int8 of int32 ``a`` by the REQUANT_PARAM word ``p``: the exact product a * mult, rounded
+    half away from zero at bit ``shift`` (magnitude >> shift, plus the bit just below), saturated
+    to [-128, 127] ([0, 127] with relu); sign-extended to 32 bits."""
+    par = REQUANT_PARAM(p)
+    prod = Signal(signed(56), name=f"{name}_prod")
+    m.d.comb += prod.eq(a.as_signed() * par.mult)
+    neg = prod[55]
+    mag = Signal(56, name=f"{name}_mag")
+    m.d.comb += mag.eq(Mux(neg, -prod, prod))
+    sh1 = Signal(6, name=f"{name}_sh1")
+    m.d.comb += sh1.eq(par.shift - 1)
+    r = Signal(57, name=f"{name}_r")
+    m.d.comb += r.eq((mag >> par.shift) + Mux(par.shift == 0, 0, (mag >> sh1)[0]))
+    v = Signal(signed(8), name=f"{name}_v")
+    with m.If(~neg):
+        m.d.comb += v.eq(Mux(r > 127, 127, r[:8]))
+    with m.Elif(par.relu):
+        m.d.comb += v.eq(0)
+    with m.Else():
+        m.d.comb += v.eq(Mux(r > 128, -128, (-r)[:8]))
+    out = Signal(32, name=f"{name}_rq")
+    m.d.comb += out.eq(v)  # sign-extends
+    return out
+
+
 def _lane(m: Module, op: Signal, a, b, name: str):
     """One lane: every op's result, and the one ``op`` selects."""
     add = fp32_add(m, a, b, name=f"{name}_add")
@@ -66,11 +92,15 @@ def _lane(m: Module, op: Signal, a, b, name: str):
     recip = fp32_recip(m, a, name=f"{name}_recip")
     rsqrt = fp32_rsqrt(m, a, name=f"{name}_rsqrt")
     cvt_i8 = _to_int8(m, mul, name=f"{name}_cvt")  # of a * b
+    iadd = Signal(32, name=f"{name}_iadd")
+    m.d.comb += iadd.eq(a + b)
+    requant = _requant(m, a, b, name=f"{name}")
     out = Signal(32, name=f"{name}_out")
     with m.Switch(op):
         for code, value in ((VecOp.FADD, add), (VecOp.FSUB, sub), (VecOp.FMUL, mul), (VecOp.FMAX, mx),
                             (VecOp.FMIN, mn), (VecOp.I2F, i2f), (VecOp.RELU, relu), (VecOp.EXP, exp), (VecOp.RECIP, recip),
-                            (VecOp.RSQRT, rsqrt), (VecOp.CVT_I8, cvt_i8), (VecOp.DEQ, mul), (VecOp.EXPSUB, exp)):
+                            (VecOp.RSQRT, rsqrt), (VecOp.CVT_I8, cvt_i8), (VecOp.DEQ, mul), (VecOp.EXPSUB, exp),
+                            (VecOp.IADD, iadd), (VecOp.REQUANT, requant)):
             with m.Case(code):
                 m.d.comb += out.eq(value)
     return out

@@ -66,6 +66,25 @@ def test_run_softmax_json(tmp_path):
     assert d["cycles"] > 0
 
 
+def test_run_gemm_epilogue_json(tmp_path):
+    """--epilogue relu: the int8 result bit-exact against golden.epilogue, its SQNR vs float64."""
+    require_sim("verilator")
+    out = tmp_path / "g.json"
+    assert cli.main(["run", "gemm", "--m", "9", "--n", "10", "--k", "40", "--epilogue", "relu",
+                     "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["passed"] is True and d["stats"]["epilogue"] == "requant+relu"
+    assert 30 < d["sqnr_db"] < 60 and d["cycles"] > 0 and d["bound"] in ("compute", "memory")
+
+
+@pytest.mark.parametrize("extra, needle", [(["--n", "9000"], "--n can be at most 2040"),
+                                           (["--n", "8", "--no-vector"], "built without it")])
+def test_run_gemm_epilogue_refused_up_front(extra, needle, capsys):
+    argv = ["run", "gemm", "--m", "4", "--k", "4", "--epilogue", "requant", *extra]
+    assert cli.main(argv) == cli.EXIT_CANNOT_START
+    assert needle in capsys.readouterr().err
+
+
 def test_run_attention_on_a_revision_it_cannot_mitigate_is_cannot_start(capsys):
     assert cli.main(["run", "attention", "--seq", "8", "--dim", "4", "--rev", "A0"]) == cli.EXIT_CANNOT_START
     err = capsys.readouterr().err

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import golden
+from conftest import SEED
 from golden import (
     REDUCE_OPS,
     gemm_int8,
@@ -837,3 +838,36 @@ def test_public_api() -> None:
     for name in golden.__all__:
         assert getattr(golden, name) is not None
     assert REDUCE_OPS == ("sum", "max", "min")
+
+
+def test_requant_is_one_rounding_of_the_exact_product():
+    """golden.vector.requant against exact rationals: round half away from zero, then clamp."""
+    import math
+    from fractions import Fraction
+
+    from golden.vector import requant, requant_params
+
+    rng = np.random.default_rng([SEED, 90])
+    a = rng.integers(-(2**31), 2**31, 400, dtype=np.int64).astype(np.int32)
+    a[:100] = rng.integers(-3000, 3000, 100)
+    scales = rng.uniform(2.0**-40, 2.0**-3, 400)
+    scales[:100] = 2.0 ** -rng.integers(1, 12, 100)  # exact powers of two: many exact ties
+    scales[100:110] = 2.0**-40  # shift 63, the widest
+    relu = rng.integers(0, 2, 400).astype(bool)
+    p = np.array([requant_params(s, relu=r) for s, r in zip(scales, relu)], np.uint32)
+    got = requant(a, p)
+    for i in range(len(a)):
+        mult, shift = int(p[i]) & 0xFFFFFF, (int(p[i]) >> 24) & 63
+        assert abs(Fraction(mult, 2**shift) / Fraction(scales[i]) - 1) <= Fraction(1, 2**23), (scales[i], hex(p[i]))
+        x = Fraction(int(a[i]) * mult, 2**shift)
+        r = math.floor(abs(x) + Fraction(1, 2)) * (1 if x >= 0 else -1)
+        want = min(max(r, 0 if relu[i] else -128), 127)
+        assert got[i] == want, f"a={a[i]} p={p[i]:#x}: {got[i]} != {want} (FIRSTLIGHT_SEED={SEED})"
+
+
+def test_requant_params_refuses_scales_it_cannot_encode():
+    from golden.vector import requant_params
+
+    for bad in (0.0, -1.0, 2.0**24, 2.0**-41, float("nan")):
+        with pytest.raises(ValueError, match=r"\[2\*\*-40, 2\*\*24\)"):
+            requant_params(bad)

@@ -183,3 +183,52 @@ def test_vector_fold(op):
     changed = np.flatnonzero((got != before).any(axis=1))
     assert set(changed) <= {40, 51}, changed
     assert cycles == [11 + 2, 1 + 2], cycles
+
+
+def _param(mult: int, shift: int, relu: int = 0) -> int:
+    return mult | shift << 24 | relu << 31
+
+
+def test_requant_by_hand():
+    """REQUANT against values worked out from the spec by hand (docs/numerics.md,
+    "Requantization"): the exact product rounded once, half away from zero, then clamped; into
+    ACC sign-extended and into B packed."""
+    a = [3, -3, 5, -5, 1000, -1000, 7, -7, 100, 200, -200, 0]
+    p_half = _param(1 << 23, 24)  # 0.5
+    p_relu = _param(1 << 23, 24, relu=1)
+    p_one = _param(1, 0)  # 1.0, no rounding
+    p_third = _param(0xAAAAAB, 25)  # ~1/3: 7 * 0xAAAAAB / 2**25 = 2.3333334 -> 2
+    acc = np.zeros((CFG.acc_depth, CFG.lanes), np.uint32)
+    acc[:3] = np.array(a, np.int32).view(np.uint32).reshape(3, 4)
+    for w, p in ((20, p_half), (21, p_relu), (22, p_one), (23, p_third)):
+        acc[w, 0] = p
+    cmds = [(VecOp.REQUANT, VecB.SCALAR, 0, 20, 3, 30), (VecOp.REQUANT, VecB.SCALAR, 0, 21, 3, 33),
+            (VecOp.REQUANT, VecB.SCALAR, 0, 22, 3, 36), (VecOp.REQUANT, VecB.SCALAR, 0, 23, 3, 39)]
+    got, _ = run_vec(CFG, acc, cmds)
+    want = {30: [2, -2, 3, -3, 127, -128, 4, -4, 50, 100, -100, 0],  # 1.5 -> 2, 2.5 -> 3, 3.5 -> 4
+            33: [2, 0, 3, 0, 127, 0, 4, 0, 50, 100, 0, 0],
+            36: [3, -3, 5, -5, 127, -128, 7, -7, 100, 127, -128, 0],
+            39: [1, -1, 2, -2, 127, -128, 2, -2, 33, 67, -67, 0]}
+    for w, vals in want.items():
+        assert got[w:w + 3].view(np.int32).ravel().tolist() == vals, (w, got[w:w + 3].view(np.int32).ravel())
+    out: dict = {}
+    run_vec(CFG, acc, [(VecOp.REQUANT, VecB.SCALAR, 0, 20, 3, 5)], dst_sram=VecDst.B, out=out)
+    packed = np.array([[(w >> (8 * j)) & 0xFF for j in range(CFG.lanes)] for w in out["b"][5:8]], np.uint8)
+    assert packed.view(np.int8).ravel().tolist() == want[30]
+
+
+def test_requant_per_lane_params_match_golden():
+    """Realistic accumulators and per-channel parameters (LANE form), RTL vs golden.vector."""
+    from golden.vector import requant, requant_params
+
+    rng = np.random.default_rng([SEED, 64])
+    acc = np.zeros((CFG.acc_depth, CFG.lanes), np.uint32)
+    a = rng.integers(-(2**20), 2**20, (16, CFG.lanes)).astype(np.int32)
+    a[0] = [2**31 - 1, -(2**31), 0, -1]
+    acc[:16] = a.view(np.uint32)
+    acc[40] = requant_params(rng.uniform(2.0**-14, 2.0**-8, CFG.lanes))
+    acc[41] = requant_params(rng.uniform(2.0**-14, 2.0**-8, CFG.lanes), relu=True)
+    got, _ = run_vec(CFG, acc, [(VecOp.REQUANT, VecB.LANE, 0, 40, 16, 20), (VecOp.REQUANT, VecB.LANE, 0, 41, 16, 44)])
+    np.testing.assert_array_equal(got[20:36].view(np.int32), requant(a, acc[40]), err_msg=f"FIRSTLIGHT_SEED={SEED}")
+    np.testing.assert_array_equal(got[44:60].view(np.int32), requant(a, acc[41]), err_msg=f"FIRSTLIGHT_SEED={SEED}")
+    assert (got[44:60].view(np.int32) >= 0).all()

@@ -21,7 +21,8 @@ VARIANT = Variant(config=SMALL_CHIP, revision="B1")
 # than the 64-word accumulator SRAM holds beside its operand, so it runs in chunks.
 CASES = [("fadd", "none", 20, 9), ("fsub", "row", 5, 9), ("fmul", "col", 20, 9), ("fmax", "none", 3, 4),
          ("fmin", "row", 4, 3), ("i2f", "none", 4, 5), ("relu", "none", 6, 7), ("fmul", "row", 1, 1),
-         ("exp", "none", 12, 9), ("recip", "none", 5, 8), ("rsqrt", "none", 5, 8)]
+         ("exp", "none", 12, 9), ("recip", "none", 5, 8), ("rsqrt", "none", 5, 8), ("iadd", "col", 6, 9),
+         ("requant", "col", 7, 9), ("requant", "row", 3, 5)]
 
 
 def test_elementwise_bit_exact(sim, tmp_path):
@@ -118,3 +119,27 @@ def test_attention_bit_exact(sim, tmp_path):
                                f"tests/test_vector_sim.py -k 'attention and {sim}'")
         sq = sqnr_db(attention_reference(q, k, v, causal), got.view(np.float32).astype(np.float64))
         assert sq > 25, f"attention {r['case']}: SQNR {sq:.1f} dB"
+
+
+def test_gemm_epilogue_bit_exact(sim, tmp_path):
+    """The fused epilogue (bias, per-channel requantization, ReLU) against golden.epilogue, bit for
+    bit: several K chunks, several tile groups, edge tiles in M and N, a bias that wraps, a
+    column that saturates."""
+    from golden.epilogue import gemm_epilogue
+
+    cases = [(9, 10, 70, False), (21, 30, 33, True), (4, 4, 1, False)]
+    results = run_job(jobs.epilogue_job, {"seed": SEED, "cases": cases}, variant=VARIANT, sim=sim,
+                      work_dir=tmp_path).value
+    ends = set()
+    for r, (m, n, k, relu) in zip(results, cases):
+        a, b, bias, scale = jobs.epilogue_inputs(SEED, m, n, k, relu)
+        want = gemm_epilogue(a, b, bias, scale, relu)
+        got = np.array(r["values"], np.int32).reshape(m, n)
+        assert r["dtype"] == "int8", r["notes"]
+        bad = got != want
+        assert not bad.any(), (f"epilogue {r['case']}: {int(bad.sum())} of {bad.size} differ, first at "
+                               f"{np.argwhere(bad)[0].tolist()} (chip {got[bad][0]}, golden {want[bad][0]}); "
+                               f"reproduce: FIRSTLIGHT_SEED={SEED} pytest tests/test_vector_sim.py -k 'epilogue and {sim}'")
+        assert r["vector_busy"] > 0
+        ends.update(int(v) for v in want[:, n // 2] if v in (127, -128))
+    assert ends == {127, -128}, f"the scaled-up columns saturate at both ends: {ends}"

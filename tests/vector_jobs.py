@@ -24,6 +24,12 @@ def case_inputs(seed: int, op: str, broadcast: str, shape: tuple[int, int]):
         a = rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
         a.flat[:4] = [2**24 + 1, -(2**24 + 3), -2**31, 2**31 - 1][:a.size]
         return a, None
+    if op in ("iadd", "requant"):  # int32 accumulators; int32 addends or parameter words (any bits)
+        a = rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
+        a.flat[::3] = rng.integers(-2**20, 2**20, size=a.flat[::3].shape)
+        bshape = {"none": shape, "row": (rows,), "col": (cols,)}[broadcast]
+        b = rng.integers(0, 2**32, size=bshape, dtype=np.uint64).astype(np.uint32)
+        return a, (b.view(np.int32) if op == "iadd" else b)
     if op == "exp":  # the whole range and past both ends: -Inf, large negative (flush), overflow
         a = rng.uniform(-110, 95, size=shape).astype(np.float32)
     else:
@@ -124,4 +130,36 @@ async def attention_job(dev, emit, seed: int, cases: list) -> list[dict]:
         out.append({"case": [seq, dim, causal, bq, tk], "bits": got.view(np.uint32).ravel().tolist(),
                     "cycles": stats.cycles, "plan": stats.plan, "bound": stats.bound,
                     "roof_utilization": stats.roof_utilization})
+    return out
+
+
+def epilogue_inputs(seed: int, m: int, n: int, k: int, relu: bool):
+    """int8 operands (one row and column of extremes), an int32 bias (one column's wraps around)
+    and per-column scales: calibrated on the data, one column scaled so that it saturates."""
+    from golden.epilogue import calibrate_scales
+
+    rng = np.random.default_rng([seed, 95, m, n, k, relu])
+    a = rng.integers(-128, 128, (m, k), dtype=np.int64).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int64).astype(np.int8)
+    a[0], b[:, 0] = -128, -128  # the largest products
+    bias = rng.integers(-(2**16), 2**16, n).astype(np.int32)
+    bias[-1] = 2**31 - 1  # acc + bias wraps in int32, as the chip adds
+    scale = calibrate_scales(a, b, bias)
+    bias[n // 2] = 0
+    scale[n // 2] *= 8  # saturates at both ends
+    return a, b, bias, scale
+
+
+async def epilogue_job(dev, emit, seed: int, cases: list) -> list[dict]:
+    """Each case (m, n, k, relu): the fused-epilogue GEMM's int8 result and its stats."""
+    from kernels.epilogue import Epilogue
+    from kernels.gemm import gemm
+
+    mit = attach(dev, warn=False)
+    out = []
+    for m, n, k, relu in cases:
+        a, b, bias, scale = epilogue_inputs(seed, m, n, k, relu)
+        c, stats = await gemm(dev, a, b, mitigations=mit, epilogue=Epilogue.checked(n, bias, scale, relu))
+        out.append({"case": [m, n, k, relu], "dtype": str(c.dtype), "values": c.astype(np.int32).ravel().tolist(),
+                    "groups": stats.plan["ga"], "vector_busy": stats.vector_busy_cycles, "notes": stats.notes})
     return out

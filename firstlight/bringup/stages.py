@@ -1074,15 +1074,18 @@ async def stage_engine_smoke(ctx: Ctx):
 
 async def _vector_smoke(dev, rng, cfg, mit, problems: list) -> list[str]:
     """Each elementwise VEC op on a few words with specials among them, against golden.vector."""
-    from golden.vector import UNARY_OPS, VEC_OPS, vector_op
+    from golden.vector import INT_INPUT_OPS, UNARY_OPS, VEC_OPS, vector_op
 
     x = (rng.standard_normal((2, 2 * cfg.lanes + 1)) * 4).astype(np.float32)
     x.flat[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40]
     y = (rng.standard_normal(x.shape) * 4).astype(np.float32)
     done = []
     for op in VEC_OPS:
-        a = rng.integers(-(2**31), 2**31, x.shape, dtype=np.int64).astype(np.int32) if op in ("i2f", "deq") else x
+        a = rng.integers(-(2**31), 2**31, x.shape, dtype=np.int64).astype(np.int32) if op in INT_INPUT_OPS else x
         b = None if op in UNARY_OPS else y
+        if op in ("iadd", "requant"):  # int32 addends; parameter words of every multiplier, shift and ReLU
+            b = rng.integers(-(2**31), 2**31, x.shape, dtype=np.int64).astype(np.int32)
+            b = b.view(np.uint32) if op == "requant" else b
         got, _ = await elementwise(dev, op, a, b, mitigations=mit)
         want = vector_op(op, a.view(np.uint32), None if b is None else b.view(np.uint32))
         problems.append(_mismatch(got.view(np.uint32), want, f"VEC {op}"))

@@ -77,6 +77,12 @@ def add_parser(subparsers) -> None:
     g.add_argument("--no-double-buffer", dest="double_buffer", action="store_false",
                    help="one operand buffer: DMA and MATMULs take turns instead of overlapping (to measure the "
                         "overlap's worth)")
+    g.add_argument("--epilogue", choices=("requant", "relu"), default=None,
+                   help="fuse an epilogue into the GEMM, on the vector unit before the store: 'requant' adds a "
+                        "seeded int32 bias per column and requantizes to int8 with per-column scales calibrated "
+                        "on the data (fixed-point multiplier and shift, round half away from zero); 'relu' does "
+                        "the same and clamps at 0. Checked bit for bit against golden.epilogue, SQNR against "
+                        "float64 (default: none, the int32 result)")
     _add_run_options(g)
     r = run_sub.add_parser("reduce", help="int32 row reduction (sum wraps modulo 2**32)", epilog=EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -144,8 +150,17 @@ def cmd(args) -> int:
     from firstlight.jobs import kernels as kernel_jobs
 
     if args.kernel == "gemm":
+        if args.epilogue and not variant.config.vector:
+            raise CannotStart("--epilogue runs on the vector unit, and this chip is built without it (--no-vector)")
+        if args.epilogue:
+            from kernels.epilogue import max_columns
+
+            if args.n > max_columns(variant.config):
+                raise CannotStart(f"--epilogue keeps two parameter words per {variant.config.cols} columns in the "
+                                  f"accumulator SRAM ({variant.config.acc_depth} words), so --n can be at most "
+                                  f"{max_columns(variant.config)}; got {args.n}")
         job, kwargs = kernel_jobs.gemm_job, {"m": args.m, "n": args.n, "k": args.k,
-                                             "double_buffer": args.double_buffer}
+                                             "double_buffer": args.double_buffer, "epilogue": args.epilogue}
         shape = f"{args.m}x{args.n}x{args.k}"
     elif args.kernel == "attention":
         if not variant.config.vector:

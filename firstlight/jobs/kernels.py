@@ -29,14 +29,32 @@ async def _traced(dev, trace: bool, run):
 
 
 async def gemm_job(dev, emit, m: int, n: int, k: int, seed: int, extremes: bool = False,
-                   errata_policy: dict | None = None, double_buffer: bool = True, trace: bool = False) -> dict:
+                   errata_policy: dict | None = None, double_buffer: bool = True, trace: bool = False,
+                   epilogue: str | None = None) -> dict:
+    """int8 GEMM on seeded operands against golden.gemm_int8; with ``epilogue`` ("requant" or
+    "relu") also a seeded int32 bias and per-column scales calibrated on the data, against
+    golden.epilogue (bit for bit) and float64 (SQNR)."""
     mit = workarounds.attach(dev, errata_policy)
     rng = np.random.default_rng(seed)
     a, b = int8_operands(rng, (m, k), extremes), int8_operands(rng, (k, n), extremes)
+    if epilogue is None:
+        (c, stats), events = await _traced(dev, trace, lambda: gemm(dev, a, b, mitigations=mit,
+                                                                    double_buffer=double_buffer))
+        mismatch = first_mismatch(c, golden.gemm_int8(a, b))
+        return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events}
+    from golden.epilogue import calibrate_scales, gemm_epilogue, gemm_epilogue_reference
+    from golden.metrics import sqnr_db
+    from kernels.epilogue import Epilogue
+
+    relu = epilogue == "relu"
+    bias = rng.integers(-(2**16), 2**16, n).astype(np.int32)
+    scale = calibrate_scales(a, b, bias)
+    epi = Epilogue.checked(n, bias, scale, relu)
     (c, stats), events = await _traced(dev, trace, lambda: gemm(dev, a, b, mitigations=mit,
-                                                                double_buffer=double_buffer))
-    mismatch = first_mismatch(c, golden.gemm_int8(a, b))
-    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events}
+                                                                double_buffer=double_buffer, epilogue=epi))
+    mismatch = first_mismatch(c.astype(np.int32), gemm_epilogue(a, b, bias, scale, relu).astype(np.int32))
+    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
+            "sqnr_db": sqnr_db(gemm_epilogue_reference(a, b, bias, scale, relu), c.astype(np.float64))}
 
 
 async def reduce_job(dev, emit, rows: int, cols: int, op: str, seed: int, extremes: bool = False,
