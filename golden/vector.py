@@ -22,11 +22,12 @@ import numpy as np
 
 from .special import exp_bits, recip_bits, rsqrt_bits
 
-__all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats", "row_words", "INT_INPUT_OPS", "INT_RESULT_OPS", "requant", "requant_params", "REQUANT_SCALE_RANGE"]
+__all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats", "row_words", "BROADCASTS", "INT_INPUT_OPS", "INT_RESULT_OPS", "requant", "requant_params", "REQUANT_SCALE_RANGE"]
 
 CANONICAL_NAN = 0x7FC00000
 VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt", "deq", "expsub", "iadd",
            "requant")
+BROADCASTS = ("none", "row", "col")  # b of a's shape, one value per row, one per column
 INT_INPUT_OPS = ("i2f", "deq", "iadd", "requant")  # read a as int32
 INT_RESULT_OPS = ("iadd", "requant")  # give int32 lanes (requant: int8 values, sign-extended)
 UNARY_OPS = ("i2f", "relu", "exp", "recip", "rsqrt")

@@ -61,7 +61,7 @@ def _resync(cmd: int, **change) -> int:
 def units_busy_cycles(cfg, cmds: list[int]) -> int:
     """The reduction and vector units' busy cycles for ``cmds`` if nothing waited: a REDUCE of
     ``count`` words ``cfg.reduce_busy_cycles(count)``, a VEC ``count + 2`` (rtl/vector.py). The
-    compute roof of a row kernel (they run one at a time)."""
+    vector roof of a kernel (the two units run one at a time; kernels/roofline.py)."""
     total = 0
     for c in cmds:
         d = decode(c)

@@ -29,6 +29,7 @@ from rtl.isa import DmaQueue, VecB, VecDst, VecOp, dma_load, dma_store, dma_stri
 from rtl.memories import Region
 from workarounds import Mitigations, Unit
 
+from .acc_pass import units_busy_cycles
 from .dma_stream import ATTN_SEM as SEM
 from .dma_stream import Ledger
 from .stats import KernelStats, Measure
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["attention", "plan_attention", "attention_stream"]
 
-ATTN_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC, Unit.DMA)
+ATTN_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC, Unit.DMA, Unit.VECTOR)
 
 
 MAX_MASKS = 2  # distinct masks kept in ACC for the whole kernel (causal: the diagonal tile, and the last one)
@@ -316,7 +317,8 @@ async def attention(dev: KernelDevice, q: np.ndarray, k: np.ndarray, v: np.ndarr
                                                                              + v_words.nbytes)}
     async with Measure(dev, "attention", -(-useful // cfg.peak_macs_per_cycle),
                        {"shape": [seq, dim], "host": host, "plan": {"bq": plan.bq, "tk": plan.tk, "causal": causal}},
-                       compulsory_bytes=3 * seq * dim + 4 * seq * dim, useful_macs=useful) as meas:
+                       compulsory_bytes=3 * seq * dim + 4 * seq * dim, useful_macs=useful,
+                       vector_cycles=units_busy_cycles(cfg, cmds)) as meas:
         await dev.submit(cmds, budget_cycles)
         await dev.wait_idle(budget_cycles)
         await dev.check_no_error()

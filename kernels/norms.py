@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["layer_norm", "rms_norm", "norm_stream"]
 
-NORM_UNITS = (Unit.REDUCE, Unit.CMDPROC, Unit.DMA)
+NORM_UNITS = (Unit.REDUCE, Unit.CMDPROC, Unit.DMA, Unit.VECTOR)
 
 
 def _layout(n: int, wpr: int) -> dict[str, int]:
@@ -112,7 +112,7 @@ async def _norm(dev, kind: str, x, gamma, beta, eps: float, mitigations: Mitigat
     busy += units_busy_cycles(cfg, norm_stream(kind, last, wpr, masked)) if last else 0
     param_bytes = 4 * cols * (2 if beta is not None else 1)
     async with Measure(dev, f"{kind}_norm", rows * wpr, {"shape": [rows, cols], "host": host},
-                       compulsory_bytes=8 * rows * cols + param_bytes, useful_macs=0, compute_cycles=busy) as meas:
+                       compulsory_bytes=8 * rows * cols + param_bytes, useful_macs=0, vector_cycles=busy) as meas:
         for r0 in range(0, rows, per_chunk):
             n = min(per_chunk, rows - r0)
             L = _layout(n, wpr)

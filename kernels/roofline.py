@@ -1,13 +1,17 @@
-"""The two-sided roofline: a compute roof and a memory roof, and which one binds a problem.
+"""The roofline over three roofs, and which one binds a problem.
 
-* Compute roof: ``ROWS * COLS`` int8 MACs per cycle (``ideal_cycles``).
+* Compute roof: ``ROWS * COLS`` int8 MACs per cycle (``ideal_cycles``); a reduction kernel's
+  own unit instead (one accumulator word per cycle).
+* Vector roof: the element passes of the vector unit and the reduction unit, one accumulator
+  word (LANES elements) per cycle, the two taking turns (they issue only when both are idle):
+  the words the kernel's algorithm streams through them, as its commands say.
 * Memory roof: the board's sustained DRAM bytes per cycle (``BoardConfig.bytes_per_cycle``)
   times the arithmetic intensity.
 
-For one problem on one chip, ``attainable_cycles`` = max(useful MACs / peak MACs per cycle,
-compulsory bytes / DRAM bytes per cycle): the limit of *this problem*, where the compulsory bytes
-read each operand once and write each result once, so a kernel that moves more than it must is
-not excused by its own traffic. ``bound`` names the larger term. The *schedule* model of the
+For one problem on one chip, ``attainable_cycles`` = max(compute, vector, memory): the limit of
+*this problem*, where the compulsory bytes read each operand once and write each result once, so
+a kernel that moves more than it must is not excused by its own traffic. ``bound`` names the
+largest term ("compute", "vector" or "memory"). The *schedule* model of the
 GEMM planner adds what the hardware structurally costs (a MATMUL occupies the feed
 ``max(K, ROWS, COLS)`` cycles; a wait for idle drains the array, ``engine_drain_cycles``).
 """
@@ -42,24 +46,29 @@ def utilization(ideal: int, measured: int) -> float:
 
 def roofline_terms(config: ChipConfig, board: BoardConfig, *, useful_macs: int, compulsory_bytes: int,
                    moved_bytes: int, cycles: int, engine_busy: int, dma_busy: int,
-                   compute_cycles: int | None = None) -> dict:
+                   compute_cycles: int | None = None, vector_cycles: int | None = None) -> dict:
     """The roofline keys every kernel's stats carry (the names scripts read from ``run --json``).
 
     ``compute_cycles`` overrides the compute roof for a kernel whose unit is not the matrix
     engine (a reduction: one accumulator word per cycle); ``useful_macs`` then counts its
-    useful operations (elements reduced), for the intensity."""
+    useful operations (elements reduced), for the intensity. ``vector_cycles`` is the vector roof
+    (0 for a kernel that does not use the vector unit)."""
     compute = ideal_cycles(config, useful_macs) if compute_cycles is None else compute_cycles
+    vector = vector_cycles or 0
     memory = memory_cycles(board, compulsory_bytes)
-    attainable = max(compute, memory)
+    roofs = {"compute": compute, "vector": vector, "memory": memory}
+    bound = max(roofs, key=lambda k: (roofs[k], -list(roofs).index(k)))  # a tie goes to the earlier roof
+    attainable = roofs[bound]
     busiest = max(engine_busy, dma_busy)
     return {
         "dram_bytes": moved_bytes,
         "compulsory_bytes": compulsory_bytes,
         "intensity": useful_macs / moved_bytes if moved_bytes else math.inf,
         "compute_cycles": compute,
+        "vector_cycles": vector,
         "memory_cycles": memory,
         "attainable_cycles": attainable,
-        "bound": "compute" if compute >= memory else "memory",
+        "bound": bound,
         "roof_utilization": attainable / cycles if cycles else 0.0,
         "overlap": cycles / busiest if busiest else 0.0,
         "ridge_point": board.ridge_point(config),
@@ -75,7 +84,8 @@ ROOFLINE_KEYS = ("dram_bytes", "compulsory_bytes", "intensity", "attainable_cycl
 def explain(st: dict) -> str:
     """One sentence: which roof binds, how close the kernel came, and where the rest went."""
     bound, cycles, att = st["bound"], st["cycles"], st["attainable_cycles"]
-    head = (f"{bound}-bound (compute roof {st['compute_cycles']:,} cycles, memory roof {st['memory_cycles']:,}): "
+    vec = f", vector roof {st['vector_cycles']:,}" if st.get("vector_cycles") else ""
+    head = (f"{bound}-bound (compute roof {st['compute_cycles']:,} cycles{vec}, memory roof {st['memory_cycles']:,}): "
             f"{st['roof_utilization']:.0%} of the attainable {att:,} cycles")
     if cycles <= att * 1.02:
         return head + ", at the roof"

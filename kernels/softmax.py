@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["softmax", "softmax_stream"]
 
-SOFTMAX_UNITS = (Unit.REDUCE, Unit.CMDPROC, Unit.DMA)
+SOFTMAX_UNITS = (Unit.REDUCE, Unit.CMDPROC, Unit.DMA, Unit.VECTOR)
 
 
 def softmax_stream(n: int, wpr: int) -> list[int]:
@@ -73,7 +73,7 @@ async def softmax(dev: KernelDevice, x: np.ndarray, *, mitigations: Mitigations,
     host: dict = {}
     async with Measure(dev, "softmax", rows * wpr, {"shape": [rows, cols], "host": host},
                        compulsory_bytes=8 * rows * cols, useful_macs=0,
-                       compute_cycles=_compute_cycles(cfg, rows, wpr, per_chunk)) as meas:
+                       vector_cycles=_vector_cycles(cfg, rows, wpr, per_chunk)) as meas:
         for r0 in range(0, rows, per_chunk):
             n = min(per_chunk, rows - r0)
             words = np.ascontiguousarray(w[r0:r0 + n]).reshape(-1, lanes)
@@ -84,8 +84,8 @@ async def softmax(dev: KernelDevice, x: np.ndarray, *, mitigations: Mitigations,
     return out.reshape(rows, -1)[:, :cols].copy().view(np.float32), meas.stats
 
 
-def _compute_cycles(cfg, rows: int, wpr: int, per_chunk: int) -> int:
-    """The units' busy cycles over all chunks (the compute roof)."""
+def _vector_cycles(cfg, rows: int, wpr: int, per_chunk: int) -> int:
+    """The units' busy cycles over all chunks (the vector roof)."""
     full, last = divmod(rows, per_chunk)
     total = full * units_busy_cycles(cfg, softmax_stream(per_chunk, wpr))
     return total + (units_busy_cycles(cfg, softmax_stream(last, wpr)) if last else 0)

@@ -61,6 +61,7 @@ class KernelStats:
     compulsory_bytes: int | None = None
     intensity: float | None = None
     compute_cycles: int | None = None
+    vector_cycles: int | None = None  # the vector roof (kernels/roofline.py)
     memory_cycles: int | None = None
     attainable_cycles: int | None = None
     bound: str | None = None
@@ -97,6 +98,7 @@ class Measure:
     compulsory_bytes: int | None = None  # each operand read once, each result written once
     useful_macs: int | None = None
     compute_cycles: int | None = None  # a non-GEMM kernel's compute roof (else useful MACs / peak)
+    vector_cycles: int | None = None  # the vector and reduction units' passes (the vector roof)
 
     async def __aenter__(self):
         self._sim0 = self.dev.timing.sim_s
@@ -149,7 +151,7 @@ class Measure:
                                    engine_busy=d["ENGINE_BUSY"] + d["REDUCE_BUSY"] + d["VEC_BUSY"],
                                    # DMA busy: either direction (DRAM_BUSY: an AXI transaction in flight)
                                    dma_busy=max(d["DMA_IN_BUSY"], d["DMA_OUT_BUSY"], d["DRAM_BUSY"]),
-                                   compute_cycles=self.compute_cycles)
+                                   compute_cycles=self.compute_cycles, vector_cycles=self.vector_cycles)
             for k, v in terms.items():
                 setattr(self.stats, k, v)
         return False

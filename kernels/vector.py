@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from golden.vector import UNARY_OPS as UNARY
-from golden.vector import INT_INPUT_OPS, INT_RESULT_OPS, VEC_OPS, row_words
+from golden.vector import BROADCASTS, INT_INPUT_OPS, INT_RESULT_OPS, VEC_OPS, row_words
 from rtl.isa import MAX_COUNT, VecB, VecOp, vec
 from workarounds import Mitigations, Unit
 
@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["elementwise", "BROADCASTS", "UNARY"]
 
-BROADCASTS = ("none", "row", "col")
-VECTOR_UNITS = (Unit.CMDPROC, Unit.DMA)  # the units an elementwise kernel's errata can live in
+VECTOR_UNITS = (Unit.CMDPROC, Unit.DMA, Unit.VECTOR)  # the units an elementwise kernel's errata can live in
 
 
 def _check(op: str, a, b, broadcast: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -105,7 +104,7 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
     elems = rows * wpr * lanes
     b_bytes = 0 if b is None else 4 * b.size
     async with Measure(dev, "elementwise", rows * wpr, {"shape": [rows, cols], "op": op, "host": host},
-                       compulsory_bytes=4 * a.size * 2 + b_bytes, useful_macs=0, compute_cycles=rows * wpr) as meas:
+                       compulsory_bytes=4 * a.size * 2 + b_bytes, useful_macs=0, vector_cycles=rows * wpr) as meas:
         for r0 in range(0, rows, per_chunk):
             n = min(per_chunk, rows - r0)
             chunk = aw[r0:r0 + n]  # (n, W, LANES)

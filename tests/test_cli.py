@@ -62,7 +62,8 @@ def test_run_softmax_json(tmp_path):
     assert cli.main(["run", "softmax", "--rows", "5", "--cols", "9", "--extremes", "--json", str(out)]) == 0
     d = json.loads(out.read_text())
     assert d["passed"] is True and d["shape"] == [5, 9]
-    assert d["sqnr_db"] > 120 and d["bound"] in ("compute", "memory") and 0 < d["roof_utilization"] <= 1
+    assert d["sqnr_db"] > 120 and d["bound"] in ("vector", "memory") and 0 < d["roof_utilization"] <= 1
+    assert d["stats"]["vector_cycles"] > 0 and d["stats"]["compute_cycles"] == 0  # no MACs: the vector roof
     assert d["cycles"] > 0
 
 

@@ -1209,7 +1209,8 @@ async def stage_performance(ctx: Ctx):
                         f"{plan['tm'] * plan['tn'] * cfg.rows * cfg.cols * 4:,}")
     if st.dram_read_bytes < (plan["tm"] * cfg.rows + plan["tn"] * cfg.cols) * k:
         problems.append(f"DRAM_RD_BYTES moved by {st.dram_read_bytes:,}, less than the operands")
-    figures = {"cycles": st.cycles, "compute_roof_cycles": st.compute_cycles, "memory_roof_cycles": st.memory_cycles,
+    figures = {"cycles": st.cycles, "compute_roof_cycles": st.compute_cycles,
+               "vector_roof_cycles": st.vector_cycles, "memory_roof_cycles": st.memory_cycles,
                "attainable_cycles": st.attainable_cycles, "bound": st.bound,
                "roof_utilization": round(st.roof_utilization, 4), "overlap": round(st.overlap, 3),
                "dram_bytes": st.dram_bytes, "compulsory_bytes": st.compulsory_bytes,

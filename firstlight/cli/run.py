@@ -246,8 +246,9 @@ def cmd(args) -> int:
     t.add_row(*cells("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
                      if args.kernel in ("gemm", "attention") else
                      f"{st['ideal_cycles']:,}  (one accumulator word per cycle)" if args.kernel == "reduce" else
-                     f"{st['ideal_cycles']:,}  (one word per cycle; compute roof: the units' passes over the row)"))
-    t.add_row(*cells("utilisation", fmt_pct(st["utilization"]) + "  (of the compute roof)"))
+                     f"{st['ideal_cycles']:,}  (one word per cycle through the vector unit; the vector roof below "
+                     "counts every pass the algorithm makes)"))
+    t.add_row(*cells("utilisation", fmt_pct(st["utilization"]) + "  (of the ideal cycles)"))
     board = st["dram"]
     t.add_row(*cells("DRAM", f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, "
                      f"{board['bus_bytes']}-byte bus (ridge point {st['ridge_point']:g} MACs/byte)"
