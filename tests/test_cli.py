@@ -313,6 +313,7 @@ def test_run_hands_the_job_function_and_its_policy(fake_jobs, tmp_path, capsys):
     fn, kwargs, kw = fake_jobs[-1]
     assert fn is kernel_jobs.gemm_job and "errata_policy" not in kw and kw["sim"] == "verilator"
     assert kwargs == {"m": 2, "n": 3, "k": 4, "seed": 1, "extremes": False, "double_buffer": True, "trace": False,
+                      "epilogue": None,
                       "errata_policy": parse_policy(["FL-ME-002=off"])}
     d = json.loads(out.read_text())
     assert d["passed"] and d["cycles"] == 10 and d["build_cache_hit"] and d["mitigations"] == ["FL-ME-001"]
