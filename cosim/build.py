@@ -327,11 +327,32 @@ def rtl_source_digest(rtl_dir: Path | None = None) -> str:
     return _sha(*parts)
 
 
+_LOADED_DIGEST: str | None = None  # rtl/ as it was when this process imported it
+
+
+def _loaded_rtl_digest() -> str:
+    """The digest of rtl/ as this process loaded it: the modules are imported first, then the
+    files hashed, once. Later calls check the files still hash the same: a process whose rtl/
+    was edited under it would elaborate the old code under the new key and poison the cache."""
+    global _LOADED_DIGEST
+    if _LOADED_DIGEST is None:
+        import rtl.chip  # noqa: F401  (every rtl module the chip is elaborated from)
+
+        _LOADED_DIGEST = rtl_source_digest()
+        return _LOADED_DIGEST
+    now = rtl_source_digest()
+    if now != _LOADED_DIGEST:
+        raise BuildFailed(f"the RTL sources in {_RTL_DIR} changed while this process was running; it would "
+                          "elaborate the code it loaded under the new sources' cache key. Start it again.")
+    return now
+
+
 def verilog_key(variant: Variant, rtl_dir: Path | None = None) -> str:
     """The Verilog cache key of a variant: what it is, what it is elaborated from, and by what."""
     import amaranth
 
-    return _sha(json.dumps(variant.describe(), sort_keys=True), rtl_source_digest(rtl_dir), amaranth.__version__)
+    digest = rtl_source_digest(rtl_dir) if rtl_dir is not None else _loaded_rtl_digest()
+    return _sha(json.dumps(variant.describe(), sort_keys=True), digest, amaranth.__version__)
 
 
 def elaborate(variant: Variant):

@@ -132,3 +132,15 @@ def test_matmul_fast_path_equals_the_generic_packer():
         generic = isa.pack_command(isa.Opcode.MATMUL, flags={"matmul": {"accumulate": int(acc), "fmt": int(fmt)}},
                                    length=k, arg0=a, arg1=b, arg2=c, arg3={"scales": {"sa": sa, "sb": sb}}, tag=tag)
         assert isa.matmul(a=a, b=b, c=c, k=k, accumulate=acc, fmt=fmt, sa=sa, sb=sb, tag=tag) == generic
+
+
+def test_rtl_edited_under_a_running_process_is_refused(monkeypatch):
+    """A process elaborates the rtl/ it imported; if the files changed since, their key would
+    name Verilog of the old code (a poisoned cache entry), so the key is refused instead."""
+    import cosim.build as build
+
+    v = Variant()
+    assert build.verilog_key(v) == build.verilog_key(v, ROOT / "rtl")  # unchanged: the files' own key
+    monkeypatch.setattr(build, "_LOADED_DIGEST", "what rtl/ hashed to at import")
+    with pytest.raises(build.BuildFailed, match="changed while this process was running"):
+        build.verilog_key(v)
