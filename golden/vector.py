@@ -22,7 +22,7 @@ import numpy as np
 
 from .special import exp_bits, recip_bits, rsqrt_bits
 
-__all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats", "row_words", "BROADCASTS", "INT_INPUT_OPS", "INT_RESULT_OPS", "requant", "requant_params", "REQUANT_SCALE_RANGE"]
+__all__ = ["VEC_OPS", "UNARY_OPS", "to_int8", "fold_words", "FP_REDUCE_OPS", "FP_REDUCE_IDENTITY", "reduce_words", "CANONICAL_NAN", "vector_op", "bits", "floats", "row_words", "BROADCASTS", "INT_INPUT_OPS", "INT_RESULT_OPS", "requant", "requant_params", "to_fp8", "FP8_MAX_CODE", "REQUANT_SCALE_RANGE"]
 
 CANONICAL_NAN = 0x7FC00000
 VEC_OPS = ("fadd", "fsub", "fmul", "fmax", "fmin", "i2f", "relu", "exp", "recip", "rsqrt", "deq", "expsub", "iadd",
@@ -160,6 +160,28 @@ def to_int8(a, scale) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         q = np.clip(np.rint(p), -128, 127)
     return np.where(np.isnan(q), 0, q).astype(np.int8)
+
+
+FP8_MAX_CODE = {"e4m3": 0x7E, "e5m2": 0x7B}  # the largest finite magnitude's code
+FP8_NAN = 0x7F
+
+
+def to_fp8(a, scale, fmt: str) -> np.ndarray:
+    """The CVT_F8 conversion: FP8 codes (uint8) of the fp32 product a * scale (RNE, as fmul),
+    rounded to nearest even in ``fmt`` ("e4m3" or "e5m2", OCP; subnormals kept), saturating at
+    the largest finite value (an infinite product too), NaN -> 0x7F with the product's sign.
+    The rounding is golden.quant.quantize_elements'."""
+    from .quant import quantize_elements
+
+    if fmt not in FP8_MAX_CODE:
+        raise ValueError(f"fmt must be 'e4m3' or 'e5m2', got {fmt!r}")
+    p = vector_op("fmul", a, scale)
+    sign = (p >> 31).astype(np.uint8) << 7
+    f = floats(p)
+    nan = np.isnan(f)
+    finite = np.where(nan, np.float32(0), np.clip(f, np.float32(-3.4e38), np.float32(3.4e38)))  # Inf saturates
+    codes = quantize_elements(finite.astype(np.float32), fmt)
+    return np.where(nan, np.uint8(FP8_NAN) | sign, codes).astype(np.uint8)
 
 
 def fold_words(op: str, words) -> np.ndarray:

@@ -275,6 +275,7 @@ class Chip(wiring.Component):
                 vu.start.eq(cmdp.vu_start), vu.op.eq(cmdp.vu_op), vu.b_form.eq(cmdp.vu_b_form),
                 vu.dst_sram.eq(cmdp.vu_dst_sram),
                 vu.a.eq(cmdp.vu_a), vu.b.eq(cmdp.vu_b), vu.count.eq(cmdp.vu_count), vu.dst.eq(cmdp.vu_dst),
+                vu.e5m2.eq(cmdp.vu_e5m2),
                 cmdp.vu_busy.eq(vu.busy), cmdp.vu_done.eq(vu.finished),
             ]
         vu_busy = vu.busy if vu is not None else Const(0)

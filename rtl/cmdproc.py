@@ -31,7 +31,7 @@ from .board import BoardConfig
 from .config import ChipConfig
 from .csr_map import SEMAPHORES
 from .dma import DMA_ENTRY, LOAD_REGIONS, word_bytes
-from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp, VEC_ANY_DST, VEC_TO_OPERAND, VEC_UNARY, VecB, VecDst, VecOp
+from .isa import BLOCK, COMMAND_BITS, COMMAND_LAYOUT, DmaQueue, ErrCode, Format, Opcode, ReduceOp, VEC_ANY_DST, VEC_FP8_FORMATS, VEC_TO_OPERAND, VEC_UNARY, VecB, VecDst, VecOp
 from .memories import MEM, Region
 from .faults import FaultKind
 from .revisions import Defect
@@ -108,6 +108,7 @@ class CommandProcessor(wiring.Component):
                 "vu_b": Out(16),
                 "vu_count": Out(16),
                 "vu_dst": Out(16),
+                "vu_e5m2": Out(1),  # CVT_F8's format: 1 E5M2, 0 E4M3
                 "vu_busy": In(1),
                 "vu_done": In(1),  # the vector unit wrote its last word
                 # DMA queues (rtl/dma.py): push, and their semaphore handshakes
@@ -172,7 +173,7 @@ class CommandProcessor(wiring.Component):
         dma_flags, stride_flags = cmd.flags.dma, cmd.flags.stride
         reserved = Mux(op == Opcode.MATMUL, (mm_flags.reserved != 0) | ((fmt_code == Format.INT8) & arg3_set),
                    Mux(op == Opcode.REDUCE, (rd_flags.reserved != 0) | arg3_set,
-                   Mux(is_vec, arg3_set,
+                   Mux(is_vec, arg3_set & (vu_flags.op != VecOp.CVT_F8),
                    Mux(is_dma, dma_flags.reserved != 0,
                    Mux(op == Opcode.DMA_STRIDE, (stride_flags.reserved != 0) | (k != 0) | (cmd.arg1 != 0),
                        (cmd.flags.bits != 0) | arg3_set)))))
@@ -246,9 +247,13 @@ class CommandProcessor(wiring.Component):
             dst_ok = Mux(to_operand, operand_ok, Mux(any_dst, operand_ok | (vu_flags.dst == VecDst.ACC),
                                                      vu_flags.dst == VecDst.ACC))
             fold_ok = ~(fold & (to_operand | any_dst | unary))
+            fp8_ok = 1
+            for f in VEC_FP8_FORMATS:  # CVT_F8 names its format in arg3
+                fp8_ok = fp8_ok & (cmd.arg3.bits != int(f))
+            fp8_ok = (vu_flags.op != VecOp.CVT_F8) | ~fp8_ok
             dst_depth = Mux(vu_flags.dst == VecDst.ACC, cfg.acc_depth, cfg.operand_depth)
             dst_words = Mux(fold, 1, k)
-            with m.If(~Const(int(cfg.vector), 1) | (vu_flags.op > max(VecOp)) | ~dst_ok | ~fold_ok):
+            with m.If(~Const(int(cfg.vector), 1) | (vu_flags.op > max(VecOp)) | ~dst_ok | ~fold_ok | ~fp8_ok):
                 m.d.comb += err.eq(ErrCode.BAD_VEC_OP)
             with m.Elif(k == 0):
                 m.d.comb += err.eq(ErrCode.BAD_LENGTH)
@@ -349,6 +354,7 @@ class CommandProcessor(wiring.Component):
             self.vu_b.eq(cmd.arg1),
             self.vu_count.eq(k),
             self.vu_dst.eq(cmd.arg2),
+            self.vu_e5m2.eq(cmd.arg3.bits == Format.E5M2),
         ]
         with m.If(q.r_rdy):
             with m.If(err != 0):

@@ -26,8 +26,9 @@ def _msb_index(m: Module, x: Signal, name: str) -> Signal:
     return idx
 
 
-def round_to_fp32(m: Module, mag, neg, exp2, name: str = "cvt"):
-    """fp32 bits of ``(-1)**neg * mag * 2**exp2`` rounded to nearest even.
+def round_to_fp32(m: Module, mag, neg, exp2, name: str = "cvt", nearest: bool = True):
+    """fp32 bits of ``(-1)**neg * mag * 2**exp2`` rounded to nearest even (``nearest=False``:
+    truncated toward zero, the rounding increment left out: only a defect builds that).
 
     ``mag`` is an unsigned integer Value, ``exp2`` a signed Value. An exact zero gives +0; a
     result at or beyond 2**128 * (1 - 2**-25) gives Inf.
@@ -61,7 +62,7 @@ def round_to_fp32(m: Module, mag, neg, exp2, name: str = "cvt"):
             sticky.eq((mag_s & ((Const(1, w + 1) << ru1) - 1)[:w]) != 0),
         ]
     qr = Signal(26, name=f"{name}_qr")
-    m.d.comb += qr.eq(q + (rnd & (sticky | q[0])))
+    m.d.comb += qr.eq(q + (rnd & (sticky | q[0])) if nearest else q)
     bits = Signal(unsigned(40), name=f"{name}_bits")
     m.d.comb += bits.eq(((lsb + 149).as_unsigned()[:10] << 23) + qr)
     mag32 = Signal(31, name=f"{name}_mag32")
@@ -71,8 +72,9 @@ def round_to_fp32(m: Module, mag, neg, exp2, name: str = "cvt"):
     return out
 
 
-def fp32_add(m: Module, a, b, name: str = "add"):
-    """IEEE binary32 ``a + b`` (bit patterns in, bit pattern out), RNE, canonical NaN."""
+def fp32_add(m: Module, a, b, name: str = "add", nearest: bool = True):
+    """IEEE binary32 ``a + b`` (bit patterns in, bit pattern out), RNE, canonical NaN
+    (``nearest=False``: the exact sum truncated instead, see :func:`round_to_fp32`)."""
     sa, ea, fa = a[31], a[23:31], a[0:23]
     sb, eb, fb = b[31], b[23:31], b[0:23]
     a_nan = (ea == 255) & (fa != 0)
@@ -102,7 +104,7 @@ def fp32_add(m: Module, a, b, name: str = "add"):
     neg = total < 0
     mag = Signal(52, name=f"{name}_tmag")
     m.d.comb += mag.eq(Mux(neg, -total, total))
-    exact = round_to_fp32(m, mag, neg, xmin - 150, name=f"{name}_cvt")
+    exact = round_to_fp32(m, mag, neg, xmin - 150, name=f"{name}_cvt", nearest=nearest)
     out = Signal(32, name=f"{name}_out")
     with m.If(a_nan | b_nan | (a_inf & b_inf & (sa != sb))):
         m.d.comb += out.eq(CANONICAL_NAN)

@@ -23,7 +23,7 @@ np_integer = numbers.Integral  # kernels pass numpy integers too
 
 __all__ = [
     "COMMAND_LAYOUT", "COMMAND_BITS", "MAX_COUNT", "MATMUL_FLAGS", "REDUCE_FLAGS", "SCALE_WORDS", "BLOCK",
-    "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VecDst", "VEC_FLAGS", "VEC_UNARY", "VEC_TO_OPERAND", "VEC_ANY_DST", "REQUANT_PARAM",
+    "Opcode", "ReduceOp", "ErrCode", "Format", "VecOp", "VecB", "VecDst", "VEC_FLAGS", "VEC_UNARY", "VEC_TO_OPERAND", "VEC_ANY_DST", "VEC_FP8_FORMATS", "REQUANT_PARAM",
     "pack_command", "unpack_command", "decode", "opcode_of", "with_opcode", "field_of_bit",
     "matmul", "reduce", "vec", "fence", "nop", "dma_load", "dma_store", "dma_stride", "sync_of", "with_sync",
     "DMA_FLAGS", "STRIDE_FLAGS", "SYNC", "DmaQueue", "SEMAPHORES",
@@ -78,10 +78,12 @@ class VecOp(enum.IntEnum):
     EXPSUB = 12  # exp(a - b): FSUB then EXP, each rounded (softmax's numerator in one pass)
     IADD = 13  # int32 a + b, wrapping (a bias onto int32 accumulators)
     REQUANT = 14  # int8 of int32 a by b's fixed-point multiplier and shift (REQUANT_PARAM), into ACC (sign-extended) or A / B
+    CVT_F8 = 15  # FP8 (arg3: Format.E4M3 or E5M2) of a * b, RNE, saturating, NaN -> NaN; into an operand SRAM word
 
 
 VEC_UNARY = (VecOp.I2F, VecOp.RELU, VecOp.EXP, VecOp.RECIP, VecOp.RSQRT)  # b is neither read nor range-checked
-VEC_TO_OPERAND = (VecOp.CVT_I8,)  # write operand-SRAM words (VecDst.A or B) only
+VEC_TO_OPERAND = (VecOp.CVT_I8, VecOp.CVT_F8)  # write operand-SRAM words (VecDst.A or B) only
+VEC_FP8_FORMATS = (Format.E4M3, Format.E5M2)  # CVT_F8's arg3; every other VEC's arg3 must be 0
 VEC_ANY_DST = (VecOp.REQUANT,)  # int8 results: into ACC (sign-extended lanes) or an operand SRAM; the rest write ACC
 # REQUANT's second operand, one 32-bit word per lane: out = clamp(round_half_away(a * mult / 2**shift),
 # 0 if relu else -128, 127) (docs/numerics.md, "Requantization"); bit 30 is ignored.
@@ -336,15 +338,20 @@ def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0, wait: 
 
 def vec(op: VecOp, *, a: int, count: int, dst: int, b: int = 0, b_form: VecB = VecB.VECTOR,
         dst_sram: VecDst = VecDst.ACC, tag: int = 0, wait: int | None = None, signal: int | None = None,
-        signal2: int | None = None) -> int:
+        signal2: int | None = None, fp8: Format | None = None) -> int:
     """VEC: ``count`` accumulator words from ``a`` through ``op`` (with ``b`` read as ``b_form``
     says) into ``count`` words from ``dst``. ``dst`` may equal ``a`` (in place), and a broadcast
     ``b`` (LANE, SCALAR: read once, first) may lie in the destination; otherwise the destination
     must not overlap the sources. ``b_form=FOLD`` folds the words into one at ``dst``; a
-    conversion (CVT_I8) writes ``count`` words of ``dst_sram`` (A or B) from ``dst``."""
+    conversion (CVT_I8, CVT_F8) writes ``count`` words of ``dst_sram`` (A or B) from ``dst``;
+    CVT_F8 needs ``fp8`` (Format.E4M3 or E5M2), which goes into arg3."""
     flags = {"op": int(VecOp(op)), "b": int(VecB(b_form)), "dst": int(VecDst(dst_sram))}
-    return pack_command(Opcode.VEC, flags={"vec": flags}, length=count,
-                        arg0=a, arg1=b, arg2=dst, tag=tag, sync=_sync_bits(wait, signal, signal2))
+    if (VecOp(op) == VecOp.CVT_F8) != (fp8 is not None):
+        raise ValueError("CVT_F8 takes fp8=Format.E4M3 or E5M2, and no other VEC takes fp8")
+    if fp8 is not None and Format(fp8) not in VEC_FP8_FORMATS:
+        raise ValueError(f"fp8 must be one of {[f.name for f in VEC_FP8_FORMATS]}, not {Format(fp8).name}")
+    return pack_command(Opcode.VEC, flags={"vec": flags}, length=count, arg0=a, arg1=b, arg2=dst,
+                        arg3=0 if fp8 is None else int(fp8), tag=tag, sync=_sync_bits(wait, signal, signal2))
 
 
 def fence(tag: int = 0, *, wait: int | None = None, signal: int | None = None) -> int:

@@ -30,6 +30,8 @@ class Defect(enum.Enum):
     DMA_BURST_CROSSES_PAGE = ("DMA: a burst is not split at a 4 KiB boundary, so the DRAM wraps its tail to the "
                               "start of the page")
     DMA_ODD_ROWS_DROPS_LAST = "DMA load: a 2D descriptor with an odd number of rows (> 1) drops its last row"
+    VECTOR_EXPSUB_UNROUNDED = ("vector unit: EXPSUB feeds exp the difference a - b without its rounding increment "
+                               "(truncated toward zero) instead of rounded to nearest even")
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,10 @@ REVISIONS: dict[str, Revision] = {
             D.FP8_SUBNORMALS_READ_AS_ZERO, D.DMA_BURST_CROSSES_PAGE,
         })),
         # B0: full respin fixes the rest (the DMA splits its bursts at 4 KiB pages), its new issue
-        # logic lets REDUCE overtake the drain, and its new DMA row counter drops an odd last row.
-        Revision("B0", 0xB0, frozenset({D.REDUCE_ISSUES_BEFORE_DRAIN, D.DMA_ODD_ROWS_DROPS_LAST})),
+        # logic lets REDUCE overtake the drain, its new DMA row counter drops an odd last row, and
+        # the vector unit's retimed fused EXPSUB path taps the subtractor before its rounding.
+        Revision("B0", 0xB0, frozenset({D.REDUCE_ISSUES_BEFORE_DRAIN, D.DMA_ODD_ROWS_DROPS_LAST,
+                                        D.VECTOR_EXPSUB_UNROUNDED})),
         # B1: metal fix of B0's issue logic and of its DMA row counter; taped out, not yet assessed
         # by the software team.
         Revision("B1", 0xB1, frozenset()),

@@ -51,6 +51,48 @@ def _to_int8(m: Module, v, name: str):
     return out
 
 
+# OCP FP8: (exponent bits, mantissa bits, bias, largest finite code); NaN is 0x7F in both
+FP8_FORMATS = {"e4m3": (4, 3, 7, 0x7E), "e5m2": (5, 2, 15, 0x7B)}
+FP8_NAN = 0x7F
+
+
+def _to_fp8_format(m: Module, v, fmt: str, name: str):
+    """FP8 code of fp32 ``v``: round to nearest even at the format's quantum (subnormals kept),
+    saturating at the largest finite value (Inf included), NaN -> 0x7F (sign kept)."""
+    _, man, bias, top = FP8_FORMATS[fmt]
+    emin = 1 - bias
+    sign, e, frac = v[31], v[23:31], v[0:23]
+    mant24 = Cat(frac, e != 0)
+    e_eff = Mux(e == 0, 1, e)
+    # the quantum is 2**(max(E, emin) - man), E = e_eff - 127: shift mant24 right by
+    # 23 - man + max(0, emin + 127 - e_eff), at most 26 (everything below the round bit)
+    under = Signal(8, name=f"{name}_under")
+    m.d.comb += under.eq(Mux(e_eff < emin + 127, emin + 127 - e_eff, 0))
+    r = Signal(5, name=f"{name}_r")
+    m.d.comb += r.eq(Mux(under > 26 - (23 - man), 26, 23 - man + under))
+    r1 = Signal(5, name=f"{name}_r1")
+    m.d.comb += r1.eq(r - 1)
+    q = Signal(25, name=f"{name}_q")
+    m.d.comb += q.eq(mant24 >> r)
+    rnd = (mant24 >> r1)[0]
+    sticky = (mant24 & ((Const(1, 26) << r1) - 1)[:24]) != 0
+    qr = Signal(6, name=f"{name}_qr")
+    m.d.comb += qr.eq(q + (rnd & (sticky | q[0])))
+    # code = ((max(E, emin) + bias - 1) << man) + qr: a carry out of the mantissa steps the exponent
+    ex = Signal(9, name=f"{name}_ex")  # max(E, emin) + bias - 1 >= 0
+    m.d.comb += ex.eq(Mux(e_eff < emin + 127, 0, e_eff - 127 + bias - 1))
+    code = Signal(12, name=f"{name}_code")
+    m.d.comb += code.eq((ex << man) + qr)
+    out = Signal(8, name=f"{name}_f8")
+    with m.If(is_nan(v)):
+        m.d.comb += out.eq(Cat(Const(FP8_NAN, 7), sign))
+    with m.Elif(code > top):
+        m.d.comb += out.eq(Cat(Const(top, 7), sign))
+    with m.Else():
+        m.d.comb += out.eq(Cat(code[:7], sign))
+    return out
+
+
 def _requant(m: Module, a, p, name: str):
     """int8 of int32 ``a`` by the REQUANT_PARAM word ``p``: the exact product a * mult, rounded
     half away from zero at bit ``shift`` (magnitude >> shift, plus the bit just below), saturated
@@ -77,10 +119,14 @@ def _requant(m: Module, a, p, name: str):
     return out
 
 
-def _lane(m: Module, op: Signal, a, b, name: str):
+def _lane(m: Module, op: Signal, a, b, name: str, defects: frozenset[Defect] = frozenset(), e5m2=0):
     """One lane: every op's result, and the one ``op`` selects."""
     add = fp32_add(m, a, b, name=f"{name}_add")
     sub = fp32_add(m, a, b ^ (1 << 31), name=f"{name}_sub")
+    # Defect VECTOR_EXPSUB_UNROUNDED: the fused path has a subtractor of its own, tapped before
+    # the rounding increment
+    exp_sub = (fp32_add(m, a, b ^ (1 << 31), name=f"{name}_xsub", nearest=False)
+               if Defect.VECTOR_EXPSUB_UNROUNDED in defects else sub)
     neg = a[31]
     i2f = round_to_fp32(m, Mux(neg, -a.as_signed(), a)[:32], neg, 0, name=f"{name}_i2f")
     # the fused ops share the datapath: DEQ multiplies the converted int32, EXPSUB exponentiates the difference
@@ -88,10 +134,11 @@ def _lane(m: Module, op: Signal, a, b, name: str):
     mx = fp32_max(m, a, b, name=f"{name}_max")
     mn = fp32_min(m, a, b, name=f"{name}_min")
     relu = Mux(is_nan(a), CANONICAL_NAN, Mux(neg, 0, a))
-    exp = fp32_exp(m, Mux(op == VecOp.EXPSUB, sub, a), name=f"{name}_exp")
+    exp = fp32_exp(m, Mux(op == VecOp.EXPSUB, exp_sub, a), name=f"{name}_exp")
     recip = fp32_recip(m, a, name=f"{name}_recip")
     rsqrt = fp32_rsqrt(m, a, name=f"{name}_rsqrt")
     cvt_i8 = _to_int8(m, mul, name=f"{name}_cvt")  # of a * b
+    cvt_f8 = Mux(e5m2, _to_fp8_format(m, mul, "e5m2", f"{name}_e5m2"), _to_fp8_format(m, mul, "e4m3", f"{name}_e4m3"))
     iadd = Signal(32, name=f"{name}_iadd")
     m.d.comb += iadd.eq(a + b)
     requant = _requant(m, a, b, name=f"{name}")
@@ -100,7 +147,7 @@ def _lane(m: Module, op: Signal, a, b, name: str):
         for code, value in ((VecOp.FADD, add), (VecOp.FSUB, sub), (VecOp.FMUL, mul), (VecOp.FMAX, mx),
                             (VecOp.FMIN, mn), (VecOp.I2F, i2f), (VecOp.RELU, relu), (VecOp.EXP, exp), (VecOp.RECIP, recip),
                             (VecOp.RSQRT, rsqrt), (VecOp.CVT_I8, cvt_i8), (VecOp.DEQ, mul), (VecOp.EXPSUB, exp),
-                            (VecOp.IADD, iadd), (VecOp.REQUANT, requant)):
+                            (VecOp.IADD, iadd), (VecOp.REQUANT, requant), (VecOp.CVT_F8, cvt_f8)):
             with m.Case(code):
                 m.d.comb += out.eq(value)
     return out
@@ -137,6 +184,7 @@ class VectorUnit(wiring.Component):
                 "b": In(16),
                 "count": In(16),
                 "dst": In(16),
+                "e5m2": In(1),  # CVT_F8's format (0: E4M3)
                 "busy": Out(1),
                 "started": Out(1),
                 "finished": Out(1),
@@ -156,12 +204,13 @@ class VectorUnit(wiring.Component):
         m = Module()
         lanes = self.config.lanes
 
-        op, b_form, dst_sram = Signal(4), Signal(2), Signal(2)
+        op, b_form, dst_sram, e5m2 = Signal(4), Signal(2), Signal(2), Signal()
         a_ptr, b_ptr, dst = Signal(16), Signal(16), Signal(16)
         left = Signal(17)
         running = Signal()
         with m.If(self.start & ~self.busy):
-            m.d.sync += [op.eq(self.op), b_form.eq(self.b_form), dst_sram.eq(self.dst_sram), a_ptr.eq(self.a),
+            m.d.sync += [op.eq(self.op), b_form.eq(self.b_form), dst_sram.eq(self.dst_sram), e5m2.eq(self.e5m2),
+                         a_ptr.eq(self.a),
                          b_ptr.eq(self.b),
                          left.eq(self.count), dst.eq(self.dst), running.eq(1)]
 
@@ -195,7 +244,7 @@ class VectorUnit(wiring.Component):
             b_j = Mux(b_form == VecB.SCALAR, scalar, b_word.word_select(j, 32))
             x_j = Mux(fold, res.word_select(j, 32), a_j)
             y_j = Mux(fold, a_j, b_j)
-            outs.append(_lane(m, op, x_j, y_j, f"lane{j}"))
+            outs.append(_lane(m, op, x_j, y_j, f"lane{j}", self.defects, e5m2))
         to_operand = dst_sram != VecDst.ACC
         with m.If(v1):
             m.d.sync += res.eq(Mux(fold & first1, self.acc_rd_data,

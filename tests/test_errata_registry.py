@@ -36,7 +36,7 @@ def test_registry_is_clean():
         ({"defect": Defect.REDUCE_ISSUES_BEFORE_DRAIN}, "rtl/revisions.py gives A0 no REDUCE_ISSUES_BEFORE_DRAIN"),
         ({"affected": ("A0", "Z9")}, "unknown revision 'Z9'"),
         ({"unit": "dma"}, "unit must be a workarounds.Unit, not 'dma'"),
-        ({"id": "FL-XX-001"}, "id must look like FL-<ME|RU|SR|CP|NU|DM>-NNN"),
+        ({"id": "FL-XX-001"}, "id must look like FL-<ME|RU|SR|CP|NU|DM|VU>-NNN"),
         ({"cell": ReduceCell(rows=2, cols=3, op="avg")}, "op 'avg' is not one of sum, max, min"),
         ({"cell": LowpCell(recipe="fp7", dist="normal", m=1, n=1, k=1)}, "unknown recipe 'fp7'"),
         ({"cell": LowpCell(recipe="int8-tensor", dist="wide", m=1, n=1, k=1)}, "unknown distribution 'wide'"),

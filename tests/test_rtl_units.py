@@ -1078,6 +1078,9 @@ BAD_COMMANDS = {
     "vec_dst_range": (pack_command(Opcode.VEC, length=2, arg2=_D - 1, tag=20), ErrCode.DST_RANGE),
     "vec_fadd_into_a": (pack_command(Opcode.VEC, flags=1 << 6, length=1, tag=21), ErrCode.BAD_VEC_OP),
     "vec_arg3": (pack_command(Opcode.VEC, length=1, arg3=1, tag=22), ErrCode.RESERVED_NONZERO),
+    "vec_cvt_f8_no_format": (pack_command(Opcode.VEC, flags=15 | 2 << 6, length=1, tag=28), ErrCode.BAD_VEC_OP),
+    "vec_cvt_f8_e2m1": (pack_command(Opcode.VEC, flags=15 | 2 << 6, length=1, arg3=3, tag=29), ErrCode.BAD_VEC_OP),
+    "vec_cvt_f8_into_acc": (pack_command(Opcode.VEC, flags=15, length=1, arg3=1, tag=30), ErrCode.BAD_VEC_OP),
     "vec_requant_fold": (pack_command(Opcode.VEC, flags=14 | 3 << 4, length=1, tag=26), ErrCode.BAD_VEC_OP),
     "vec_requant_b_range": (pack_command(Opcode.VEC, flags=14 | 2 << 6, length=2, arg2=_D - 1, tag=27),
                             ErrCode.DST_RANGE),
@@ -1095,6 +1098,7 @@ GOOD_BOUNDARY_COMMANDS = {
     "vec_unary_b_unchecked": pack_command(Opcode.VEC, flags=5, length=_D, arg1=0xFFFF),  # I2F reads no b
     "vec_fold_whole_acc": pack_command(Opcode.VEC, flags=3 << 4, length=_D, arg1=0xFFFF, arg2=_D - 1),
     "vec_cvt_b_top": pack_command(Opcode.VEC, flags=10 | 2 << 6, length=2, arg2=_D - 2),
+    "vec_cvt_f8_e5m2_b_top": pack_command(Opcode.VEC, flags=15 | 2 << 6, length=2, arg2=_D - 2, arg3=2),
     "vec_requant_into_acc": pack_command(Opcode.VEC, flags=14, length=2, arg2=_D - 2),
     "vec_requant_into_b": pack_command(Opcode.VEC, flags=14 | 2 << 6, length=2, arg2=_D - 2),
 }

@@ -13,7 +13,7 @@ from amaranth.sim import Simulator
 from conftest import SEED
 from golden.vector import vector_op
 from rtl.config import ChipConfig
-from rtl.isa import VecB, VecDst, VecOp
+from rtl.isa import VEC_TO_OPERAND, VecB, VecDst, VecOp
 from rtl.vector import VectorUnit
 
 SPECIAL = np.array([0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x00800000, 0x3F800000, 0xBF800000,
@@ -22,9 +22,9 @@ SPECIAL = np.array([0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x00800000, 
 
 
 class _Harness(Elaboratable):
-    def __init__(self, cfg: ChipConfig):
+    def __init__(self, cfg: ChipConfig, defects: frozenset = frozenset()):
         self.cfg = cfg
-        self.unit = VectorUnit(cfg)
+        self.unit = VectorUnit(cfg, defects)
         self.acc_mem = Memory(shape=cfg.acc_word_bits, depth=cfg.acc_depth, init=[])
         self.b_mem = Memory(shape=8 * cfg.lanes, depth=cfg.operand_depth, init=[])  # the B SRAM (conversions)
 
@@ -48,10 +48,10 @@ def _word(lanes_bits) -> int:
 
 
 def run_vec(cfg: ChipConfig, acc: np.ndarray, cmds: list[tuple], dst_sram: VecDst = VecDst.ACC,
-            out: dict | None = None) -> tuple[np.ndarray, list[int]]:
+            out: dict | None = None, defects: frozenset = frozenset(), e5m2: int = 0) -> tuple[np.ndarray, list[int]]:
     """Run VECs (op, b_form, a, b, count, dst) one after another; the ACC after, and each one's
     busy cycles (``out["b"]``: the B SRAM's words after, when given)."""
-    h = _Harness(cfg)
+    h = _Harness(cfg, defects)
     u = h.unit
     out = {} if out is None else out
 
@@ -61,7 +61,7 @@ def run_vec(cfg: ChipConfig, acc: np.ndarray, cmds: list[tuple], dst_sram: VecDs
         cycles = []
         for n, (op, form, a, b, count, dst) in enumerate(cmds):
             for name, v in (("op", int(op)), ("b_form", int(form)), ("a", a), ("b", b), ("count", count),
-                            ("dst", dst), ("dst_sram", int(dst_sram))):
+                            ("dst", dst), ("dst_sram", int(dst_sram)), ("e5m2", e5m2)):
                 ctx.set(getattr(u, name), v)
             ctx.set(u.start, 1)
             await ctx.tick()
@@ -110,7 +110,7 @@ def _random_acc(rng, depth: int, lanes: int) -> np.ndarray:
     return acc
 
 
-@pytest.mark.parametrize("op", [o for o in VecOp if o != VecOp.CVT_I8], ids=lambda o: o.name)
+@pytest.mark.parametrize("op", [o for o in VecOp if o not in VEC_TO_OPERAND], ids=lambda o: o.name)
 def test_vector_op_matches_golden(op):
     rng = np.random.default_rng([SEED, 60, int(op)])
     acc = _random_acc(rng, CFG.acc_depth, CFG.lanes)
@@ -232,3 +232,54 @@ def test_requant_per_lane_params_match_golden():
     np.testing.assert_array_equal(got[20:36].view(np.int32), requant(a, acc[40]), err_msg=f"FIRSTLIGHT_SEED={SEED}")
     np.testing.assert_array_equal(got[44:60].view(np.int32), requant(a, acc[41]), err_msg=f"FIRSTLIGHT_SEED={SEED}")
     assert (got[44:60].view(np.int32) >= 0).all()
+
+
+def test_expsub_unrounded_defect_is_the_truncated_difference():
+    """B0's defect: EXPSUB's exp reads a - b truncated toward zero. On differences that round up
+    the defective unit differs from the golden (EXP of the RNE difference) and equals EXP of the
+    difference one ulp toward zero; on exact differences it agrees. FSUB and EXP stay correct."""
+    from rtl.revisions import Defect
+
+    a = np.array([0x3F800001, 0x40A00001, 0xC1200001, 0x3F800000], np.uint32)  # 1+u, 5+u, -10-u, 1
+    b = np.array([-3 * 2**-25, -3 * 2**-23, 3 * 2**-22, 0.5], np.float32).view(np.uint32)  # 1.75, 1.5, 1.5 ulp; exact
+    acc = np.zeros((CFG.acc_depth, CFG.lanes), np.uint32)
+    acc[0], acc[1] = a, b
+    cmds = [(VecOp.EXPSUB, VecB.VECTOR, 0, 1, 1, 4), (VecOp.FSUB, VecB.VECTOR, 0, 1, 1, 5),
+            (VecOp.EXP, VecB.VECTOR, 5, 0, 1, 6)]
+    bad, _ = run_vec(CFG, acc, cmds, defects=frozenset({Defect.VECTOR_EXPSUB_UNROUNDED}))
+    good, _ = run_vec(CFG, acc, cmds)
+    right = vector_op("expsub", a, b)
+    np.testing.assert_array_equal(good[4], right)
+    np.testing.assert_array_equal(bad[5], vector_op("fsub", a, b))  # FSUB has its own subtractor
+    np.testing.assert_array_equal(bad[6], right)  # so FSUB then EXP is right on the defective unit
+    toward_zero = vector_op("fsub", a, b) - np.array([1, 1, 1, 0], np.uint32)  # one ulp less in magnitude
+    np.testing.assert_array_equal(bad[4], vector_op("exp", toward_zero))
+    assert (bad[4, :3] != right[:3]).all() and bad[4, 3] == right[3]
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_cvt_f8_matches_golden(fmt):
+    """CVT_F8 into B words: random bit patterns (every exponent, NaN, Inf, subnormals), values
+    near the format's ties, largest finite and subnormal range, against golden.vector.to_fp8 (its
+    rounding is golden.quant's, written from the OCP spec)."""
+    from golden.vector import to_fp8
+
+    rng = np.random.default_rng([SEED, 65, fmt == "e5m2"])
+    acc = _random_acc(rng, CFG.acc_depth, CFG.lanes)
+    top = 448.0 if fmt == "e4m3" else 57344.0
+    tiny = 2.0**-9 if fmt == "e4m3" else 2.0**-16
+    near = np.concatenate([rng.uniform(-top * 1.1, top * 1.1, 24), rng.uniform(-8 * tiny, 8 * tiny, 24),
+                           np.array([top, -top, tiny, tiny / 2, 1.5 * tiny, 2.5 * tiny, 465.0, 480.0, 1.0, 0.0,
+                                     -0.0, 17.0, 18.0, 19.0, 2.0**-7, 3 * 2.0**-8], np.float64)])
+    acc[:16] = near[:64].astype(np.float32).view(np.uint32).reshape(16, CFG.lanes)
+    acc[60, 0] = np.float32(1.0).view(np.uint32)
+    acc[61, 0] = np.float32(0.37).view(np.uint32)
+    out: dict = {}
+    run_vec(CFG, acc, [(VecOp.CVT_F8, VecB.SCALAR, 0, 60, 30, 0), (VecOp.CVT_F8, VecB.SCALAR, 0, 61, 30, 32)],
+            dst_sram=VecDst.B, out=out, e5m2=int(fmt == "e5m2"))
+    got = np.array([[(w >> (8 * j)) & 0xFF for j in range(CFG.lanes)] for w in out["b"]], np.uint8)
+    for at, scale in ((0, acc[60, 0]), (32, acc[61, 0])):
+        want = to_fp8(acc[:30], scale, fmt)
+        bad = np.argwhere(got[at:at + 30] != want)
+        assert not len(bad), (f"{fmt} scale {scale:#x}: {len(bad)} differ (FIRSTLIGHT_SEED={SEED}); first (word, "
+                              f"lane, a, rtl, golden): {[(int(r), int(c), hex(acc[r, c]), hex(got[at + r, c]), hex(want[r, c])) for r, c in bad[:4]]}")

@@ -143,3 +143,15 @@ def test_gemm_epilogue_bit_exact(sim, tmp_path):
         assert r["vector_busy"] > 0
         ends.update(int(v) for v in want[:, n // 2] if v in (127, -128))
     assert ends == {127, -128}, f"the scaled-up columns saturate at both ends: {ends}"
+
+
+def test_cvt_f8_through_the_command_stream(sim, tmp_path):
+    """CVT_F8's format travels in arg3 through the command processor to the unit (both formats)."""
+    from golden.vector import to_fp8
+
+    r = run_job(jobs.cvt_f8_job, {"seed": SEED}, variant=VARIANT, sim=sim, work_dir=tmp_path).value
+    assert r["err"] == 0
+    x = np.array(r["x"], np.uint32)
+    one = np.float32(1.0).view(np.uint32)
+    for fmt in ("e4m3", "e5m2"):
+        np.testing.assert_array_equal(np.array(r[fmt], np.uint8), to_fp8(x, one, fmt), err_msg=f"{fmt} {sim}")

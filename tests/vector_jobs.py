@@ -163,3 +163,22 @@ async def epilogue_job(dev, emit, seed: int, cases: list) -> list[dict]:
         out.append({"case": [m, n, k, relu], "dtype": str(c.dtype), "values": c.astype(np.int32).ravel().tolist(),
                     "groups": stats.plan["ga"], "vector_busy": stats.vector_busy_cycles, "notes": stats.notes})
     return out
+
+
+async def cvt_f8_job(dev, emit, seed: int) -> dict:
+    """CVT_F8 through the command processor (arg3 names the format) into B, both formats, read
+    back through the backdoor: fp32 words of N(0, 100^2) values with specials, scale 1."""
+    from rtl.isa import Format, VecB, VecDst, VecOp, vec
+    from rtl.memories import Region
+
+    cfg = dev.config
+    rng = np.random.default_rng([seed, 96])
+    x = (rng.standard_normal((6, cfg.lanes)) * 100).astype(np.float32)
+    x.flat[::5] = rng.choice(SPECIALS, size=x.flat[::5].shape)
+    words = [sum(int(v) << (32 * j) for j, v in enumerate(row)) for row in x.view(np.uint32)]
+    dev.load_words(Region.ACC, 0, words + [int(np.float32(1.0).view(np.uint32))])
+    await dev.run([vec(VecOp.CVT_F8, a=0, b=6, b_form=VecB.SCALAR, count=6, dst=0, dst_sram=VecDst.B, fp8=Format.E4M3),
+                   vec(VecOp.CVT_F8, a=0, b=6, b_form=VecB.SCALAR, count=6, dst=8, dst_sram=VecDst.B, fp8=Format.E5M2)])
+    b = dev.read_words(Region.B, 0, 14)
+    codes = [[(w >> (8 * j)) & 0xFF for j in range(cfg.lanes)] for w in b]
+    return {"x": x.view(np.uint32).tolist(), "e4m3": codes[:6], "e5m2": codes[8:14], "err": await dev.read_csr("ERR")}

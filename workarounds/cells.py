@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "DmaCell", "Cell", "CELL_TYPES", "describe"]
+__all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "DmaCell", "VecCell", "AttentionCell", "Cell", "CELL_TYPES",
+           "describe"]
 
 
 class _MNK:
@@ -82,8 +83,36 @@ class DmaCell:
         return f"{self.rows}x{self.words} pitch {self.pitch} +{self.offset}"
 
 
-Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell | DmaCell
-CELL_TYPES = (GemmCell, GemmSumCell, ReduceCell, LowpCell, DmaCell)
+@dataclass(frozen=True)
+class VecCell:
+    """One vector-unit op over an fp32 matrix (kernels.vector.elementwise) of N(0, 4^2) values,
+    ``rows x cols``, with ``b`` broadcast as ``broadcast`` says (golden.vector.vector_op)."""
+
+    op: str
+    broadcast: str
+    rows: int
+    cols: int
+    kernel = "elementwise"
+
+    def shape(self) -> str:
+        return f"{self.op}/{self.broadcast} {self.rows}x{self.cols}"
+
+
+@dataclass(frozen=True)
+class AttentionCell:
+    """Flash attention (kernels.attention) on N(0, 1) Q, K, V of ``seq x dim``."""
+
+    seq: int
+    dim: int
+    causal: bool = False
+    kernel = "attention"
+
+    def shape(self) -> str:
+        return f"{self.seq}x{self.dim}{' causal' if self.causal else ''}"
+
+
+Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell | DmaCell | VecCell | AttentionCell
+CELL_TYPES = (GemmCell, GemmSumCell, ReduceCell, LowpCell, DmaCell, VecCell, AttentionCell)
 
 
 def describe(cell: Cell) -> str:

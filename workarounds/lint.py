@@ -15,7 +15,7 @@ from golden.quant import RECIPES
 from rtl.isa import ReduceOp
 from rtl.revisions import REVISIONS, Defect
 
-from .cells import CELL_TYPES, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell
+from .cells import CELL_TYPES, AttentionCell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, VecCell
 from .constraints import knob_problems
 from .passes import PASSES
 from .registry import ASSESSED_REVISIONS, CATEGORIES, ERRATA, ID_PREFIXES, Unit, Erratum
@@ -32,7 +32,8 @@ def cell_problems(cell) -> list[str]:
         return [f"cell {cell!r} is not one of {', '.join(c.__name__ for c in CELL_TYPES)}"]
     out = []
     dims = (("m", "n", "k") if isinstance(cell, (GemmCell, GemmSumCell, LowpCell))
-            else ("rows", "words", "pitch") if isinstance(cell, DmaCell) else ("rows", "cols"))
+            else ("rows", "words", "pitch") if isinstance(cell, DmaCell)
+            else ("seq", "dim") if isinstance(cell, AttentionCell) else ("rows", "cols"))
     for d in dims:
         v = getattr(cell, d)
         if not isinstance(v, int) or v < 1:
@@ -49,6 +50,13 @@ def cell_problems(cell) -> list[str]:
             out.append(f"dma cell: offset must be a non-negative integer, not {cell.offset!r}")
         if isinstance(cell.pitch, int) and isinstance(cell.words, int) and cell.pitch < cell.words:
             out.append(f"dma cell: pitch {cell.pitch} < words {cell.words}: its rows would overlap in DRAM")
+    if isinstance(cell, VecCell):
+        from golden.vector import BROADCASTS, VEC_OPS
+
+        if cell.op not in VEC_OPS:
+            out.append(f"elementwise cell: op {cell.op!r} is not one of {', '.join(VEC_OPS)}")
+        if cell.broadcast not in BROADCASTS:
+            out.append(f"elementwise cell: broadcast {cell.broadcast!r} is not one of {', '.join(BROADCASTS)}")
     if isinstance(cell, GemmCell) and cell.k_chunk is not None and (not isinstance(cell.k_chunk, int) or cell.k_chunk < 1):
         out.append(f"gemm cell: k_chunk must be a positive integer or None, not {cell.k_chunk!r}")
     return out

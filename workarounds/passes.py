@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from rtl.board import PAGE_BYTES
 from rtl.dma import LOAD_REGIONS
-from rtl.isa import DmaQueue, Opcode, decode, dma_load, dma_store, fence, opcode_of
+from rtl.isa import DmaQueue, Opcode, VecB, VecOp, decode, dma_load, dma_store, fence, opcode_of, vec
 from rtl.memories import MEM, Region
 
 __all__ = ["PASSES", "CHIP_STATE", "RESET_STATE", "DmaGeometry", "PassError", "StreamFilter", "stream_filter"]
@@ -81,6 +81,32 @@ def _fence_reduce_after_matmul(cmds: list[int], state: dict, chip: DmaGeometry |
             pending = True
         out.append(c)
     state["matmul_pending"] = pending
+    return out, inserted
+
+
+def _split_expsub(cmds: list[int], state: dict, chip: DmaGeometry | None = None) -> tuple[list[int], int]:
+    """FL-VU-001: every VEC EXPSUB becomes FSUB (same operands, into the destination) then EXP
+    of the destination in place. The FSUB takes the wait, the EXP the signals; both keep the tag.
+    A FOLD's one result word is exponentiated. A VEC the chip refuses for its destination SRAM or
+    a reserved field is passed on untouched (to be refused as written); one out of range is
+    split and refused as the FSUB."""
+    out, inserted = [], 0
+    for c in cmds:
+        if opcode_of(c) != Opcode.VEC:
+            out.append(c)
+            continue
+        d = decode(c)
+        f = d["flags"]
+        if f["op"] != VecOp.EXPSUB or f["dst"] != 0 or d["arg3"]:  # refused by the chip as written
+            out.append(c)
+            continue
+        wait, signal, signal2 = _sems(d["sync"])
+        count = 1 if f["b"] == VecB.FOLD else d["length"]
+        out.append(vec(VecOp.FSUB, a=d["arg0"], b=d["arg1"], count=d["length"], dst=d["arg2"], b_form=VecB(f["b"]),
+                       tag=d["tag"], wait=wait))
+        out.append(vec(VecOp.EXP, a=d["arg2"], count=count, dst=d["arg2"], tag=d["tag"], signal=signal,
+                       signal2=signal2))
+        inserted += 1
     return out, inserted
 
 
@@ -264,6 +290,8 @@ PASSES = {
     # Odd multi-row loads give their last row to a 1-row DMA of its own.
     "FL-DM-002": _dma_pass("FL-DM-002", _split_odd_rows,
                            lambda dma: dma.op == Opcode.DMA_LOAD and dma.rows > 1 and dma.rows % 2 == 1),
+    # The fused EXPSUB as its two correct halves.
+    "FL-VU-001": _split_expsub,
 }
 
 

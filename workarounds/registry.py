@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from rtl.revisions import Defect
 
-from .cells import Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell
+from .cells import AttentionCell, Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, VecCell
 
 __all__ = ["Erratum", "ERRATA", "BY_ID", "Unit", "UNITS", "CATEGORIES", "ID_PREFIXES", "ASSESSED_REVISIONS",
            "erratum"]
@@ -26,13 +26,14 @@ class Unit(enum.Enum):
     SRAM = "SRAMs"
     CMDPROC = "command processor"
     DMA = "DMA"
+    VECTOR = "vector unit"
 
 
 UNITS = {u: u.value for u in Unit}
 CATEGORIES = {"A": "no workaround", "B": "workaround with a cost", "C": "minor"}
 # Erratum ids look like FL-<prefix>-NNN; the prefix names the area (not always the unit).
 ID_PREFIXES = {"ME": "matrix engine", "RU": "reduction unit", "SR": "SRAMs", "CP": "command processor",
-               "NU": "numerics", "DM": "DMA"}
+               "NU": "numerics", "DM": "DMA", "VU": "vector unit"}
 # Revisions the software team has assessed: any other REV reads as "Unknown".
 ASSESSED_REVISIONS = ("A0", "A1", "B0")
 
@@ -242,6 +243,29 @@ ERRATA = ERRATA + (
         mitigation_kind="stream",
         cell=DmaCell(rows=5, words=8, pitch=16),
         scale=DmaCell(rows=63, words=16, pitch=16),
+    ),
+    Erratum(
+        id="FL-VU-001",
+        title="EXPSUB exponentiates the difference truncated instead of rounded",
+        unit=Unit.VECTOR,
+        category="B",
+        affected=("B0",),
+        fixed_in=None,
+        defect=Defect.VECTOR_EXPSUB_UNROUNDED,
+        conditions="A VEC EXPSUB whose difference a - b is not exact in fp32 (nearly every flash-attention "
+        "score; the softmax kernel issues FSUB and EXP and is not exposed).",
+        description="B0's retimed fused path gives the exponential a subtractor of its own, tapped before the "
+        "rounding increment: exp reads a - b truncated toward zero where it should read it rounded to nearest "
+        "even. FSUB and EXP issued separately are correct.",
+        implication="Flash-attention numerators are off by up to a few ulps (exp of a difference one "
+        "ulp too close to zero), so results are no longer bit-exact against the documented algorithm; the error "
+        "is biased (always toward exp(0)).",
+        reproducer="repro_expsub_unrounded",
+        mitigation="every EXPSUB is issued as FSUB into its destination then EXP in place (two passes over the "
+        "words instead of one)",
+        mitigation_kind="stream",
+        cell=VecCell(op="expsub", broadcast="row", rows=5, cols=9),
+        scale=AttentionCell(seq=64, dim=32),
     ),
 )
 

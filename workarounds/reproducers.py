@@ -13,7 +13,7 @@ import numpy as np
 
 from rtl.board import PAGE_BYTES
 from rtl.csr_map import REG
-from rtl.isa import DmaQueue, Format, ReduceOp, dma_load, dma_store, dma_stride, fence, matmul, reduce
+from rtl.isa import DmaQueue, Format, ReduceOp, VecOp, dma_load, dma_store, dma_stride, fence, matmul, reduce, vec
 from rtl.memories import Region
 
 from .dma_streams import address_tags, page_buffer
@@ -208,6 +208,28 @@ async def repro_dma_odd_rows(dev) -> dict:
             "detail": ("3-row load: " + "; ".join(raw)) if raw else "a 3-row load wrote all 3 rows"}
 
 
+async def repro_expsub_unrounded(dev) -> dict:
+    """EXPSUB on differences that round up (1.75, 1.5 and 1.5 ulps past a float) against the
+    golden exp of the rounded difference."""
+    from golden.vector import vector_op
+
+    if not dev.config.vector:
+        return {"fired": False, "detail": "this chip has no vector unit"}
+    await _prepare(dev)
+    lanes = dev.config.lanes
+    pairs = [(0x3F800001, -3 * 2**-25), (0x40A00001, -3 * 2**-23), (0xC1200001, 3 * 2**-22)]
+    a = np.array([pairs[j % 3][0] for j in range(lanes)], np.uint32)
+    b = np.array([pairs[j % 3][1] for j in range(lanes)], np.float32).view(np.uint32)
+    dev.load_words(Region.ACC, 0, [_acc_word(dev, a.tolist()), _acc_word(dev, b.tolist())])
+    await dev.run([vec(VecOp.EXPSUB, a=0, b=1, count=1, dst=2)])
+    got = np.array(_acc_lanes(dev, 2), np.int64).astype(np.uint32)
+    want = vector_op("expsub", a, b)
+    bad = [j for j in range(lanes) if got[j] != want[j]]
+    return {"fired": bool(bad), "detail": (f"EXPSUB lanes {bad} gave {[hex(got[j]) for j in bad]}, expected "
+                                           f"{[hex(want[j]) for j in bad]}") if bad else
+            "EXPSUB of differences that round up matched exp of the rounded difference"}
+
+
 REPRODUCERS = {
     "repro_fp8_subnormal": repro_fp8_subnormal,
     "repro_k1_accumulate": repro_k1_accumulate,
@@ -218,6 +240,7 @@ REPRODUCERS = {
     "repro_reduce_overtakes_drain": repro_reduce_overtakes_drain,
     "repro_dma_page_crossing": repro_dma_page_crossing,
     "repro_dma_odd_rows": repro_dma_odd_rows,
+    "repro_expsub_unrounded": repro_expsub_unrounded,
 }
 
 
