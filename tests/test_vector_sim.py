@@ -155,3 +155,25 @@ def test_cvt_f8_through_the_command_stream(sim, tmp_path):
     one = np.float32(1.0).view(np.uint32)
     for fmt in ("e4m3", "e5m2"):
         np.testing.assert_array_equal(np.array(r[fmt], np.uint8), to_fp8(x, one, fmt), err_msg=f"{fmt} {sim}")
+
+
+def test_activations_bit_exact(sim, tmp_path):
+    """SiLU and GELU against golden/activations.py, bit for bit, with specials, a padded last word
+    and more rows than one chunk; SQNR against float64 on the finite inputs."""
+    from golden.activations import activation_reference, activation_rows
+    from golden.metrics import sqnr_db
+
+    cases = [("silu", 13, 9), ("gelu", 13, 9), ("gelu", 2, 3)]
+    results = run_job(jobs.activation_job, {"seed": SEED, "cases": cases}, variant=VARIANT, sim=sim,
+                      work_dir=tmp_path).value
+    for r, (kind, rows, cols) in zip(results, cases):
+        x = jobs.activation_inputs(SEED, rows, cols)
+        want = activation_rows(kind, x, SMALL_CHIP.lanes).view(np.uint32)
+        got = np.array(r["bits"], np.uint32).reshape(rows, cols)
+        bad = got != want
+        assert not bad.any(), (f"{kind} {rows}x{cols}: {int(bad.sum())} differ, first at {np.argwhere(bad)[0].tolist()}; "
+                               f"reproduce: FIRSTLIGHT_SEED={SEED} pytest tests/test_vector_sim.py -k 'activations and {sim}'")
+        fin = np.isfinite(x)
+        floor = 120 if kind == "silu" else 60  # GELU: the tanh form's own error against erf
+        assert sqnr_db(activation_reference(kind, x[fin]), got.view(np.float32)[fin].astype(np.float64)) > floor
+    assert results[0]["chunks"] > 1, results[0]

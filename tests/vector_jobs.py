@@ -182,3 +182,25 @@ async def cvt_f8_job(dev, emit, seed: int) -> dict:
     b = dev.read_words(Region.B, 0, 14)
     codes = [[(w >> (8 * j)) & 0xFF for j in range(cfg.lanes)] for w in b]
     return {"x": x.view(np.uint32).tolist(), "e4m3": codes[:6], "e5m2": codes[8:14], "err": await dev.read_csr("ERR")}
+
+
+def activation_inputs(seed: int, rows: int, cols: int) -> np.ndarray:
+    """N(0, 3^2) values with the specials: +-Inf, NaN, +-100, zeros, subnormals."""
+    rng = np.random.default_rng([seed, 97, rows, cols])
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    x.flat[::7] = rng.choice(SPECIALS, size=x.flat[::7].shape)
+    x.flat[3::11] = 100.0
+    return x
+
+
+async def activation_job(dev, emit, seed: int, cases: list) -> list[dict]:
+    """Each case (kind, rows, cols): the result bits and the number of chunks."""
+    from kernels.activations import activation
+
+    mit = attach(dev, warn=False)
+    out = []
+    for kind, rows, cols in cases:
+        got, stats = await activation(dev, activation_inputs(seed, rows, cols), kind, mitigations=mit)
+        out.append({"case": [kind, rows, cols], "bits": got.view(np.uint32).ravel().tolist(),
+                    "chunks": stats.host["chunks"], "bound": stats.bound})
+    return out

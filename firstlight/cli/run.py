@@ -99,6 +99,17 @@ def add_parser(subparsers) -> None:
     sm.add_argument("--rows", type=positive, required=True, help="rows (each one softmax)")
     sm.add_argument("--cols", type=positive, required=True, help="values per row")
     _add_run_options(sm)
+    for name, what in (("silu", "SiLU: x * sigmoid(x) = x / (1 + exp(-x))"),
+                       ("gelu", "GELU, tanh form: x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))")):
+        ac = run_sub.add_parser(
+            name, help=f"fp32 elementwise {what}", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+            description=f"{what}, as a fixed sequence of vector-unit operations (golden/activations.py gives the "
+                        "order). Seeded N(0, 3^2) values (--extremes: +-Inf, NaN, +-100, zeros, a subnormal). "
+                        "Checked bit for bit against golden/activations.py and by SQNR against float64 "
+                        "(GELU: the exact erf form, so the tanh approximation's own error counts).")
+        ac.add_argument("--rows", type=positive, required=True, help="rows")
+        ac.add_argument("--cols", type=positive, required=True, help="values per row")
+        _add_run_options(ac)
     for name, what, eps in (("layernorm", "LayerNorm: (x - mean) / sqrt(var + eps) * gamma + beta, two passes", 1e-5),
                             ("rmsnorm", "RMSNorm: x / sqrt(mean(x^2) + eps) * gamma", 1e-6)):
         nm = run_sub.add_parser(
@@ -180,6 +191,11 @@ def cmd(args) -> int:
             raise CannotStart(str(e)) from None
         job, kwargs = kernel_jobs.attention_job, {"seq": args.seq, "dim": args.dim, "causal": args.causal}
         shape = f"seq {args.seq} dim {args.dim}{' causal' if args.causal else ''}"
+    elif args.kernel in ("silu", "gelu"):
+        if not variant.config.vector:
+            raise CannotStart(f"{args.kernel} needs the vector unit, and this chip is built without it")
+        job, kwargs = kernel_jobs.activation_job, {"kind": args.kernel, "rows": args.rows, "cols": args.cols}
+        shape = f"{args.rows}x{args.cols}"
     elif args.kernel in ("softmax", "layernorm", "rmsnorm"):
         if not variant.config.vector:
             raise CannotStart(f"{args.kernel} needs the vector unit, and this chip is built without it")

@@ -11,7 +11,8 @@ from kernels.reduce import reduce_rows
 
 from .checks import first_mismatch, int8_operands
 
-__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "norm_job", "norm_inputs", "attention_job", "bench_job", "vector_bench_job"]
+__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "norm_job", "norm_inputs", "attention_job", "activation_job", "bench_job",
+           "vector_bench_job"]
 
 
 async def _traced(dev, trace: bool, run):
@@ -135,6 +136,26 @@ async def norm_job(dev, emit, kind: str, rows: int, cols: int, seed: int, eps: f
     mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
             "sqnr_db": sqnr_db(ref, got.astype(np.float64))}
+
+
+async def activation_job(dev, emit, kind: str, rows: int, cols: int, seed: int, extremes: bool = False,
+                         errata_policy: dict | None = None, trace: bool = False) -> dict:
+    """SiLU or GELU on seeded N(0, 3^2) values (``extremes``: +-Inf, NaN, +-100, zeros, a
+    subnormal), against golden/activations.py (bit for bit) and float64 (SQNR over the finite
+    inputs)."""
+    from golden.activations import activation_reference, activation_rows
+    from golden.metrics import sqnr_db
+    from kernels.activations import activation
+
+    mit = workarounds.attach(dev, errata_policy)
+    x = (np.random.default_rng(seed).standard_normal((rows, cols)) * 3).astype(np.float32)
+    if extremes:
+        x.flat[:8] = np.array([np.inf, -np.inf, np.nan, 100, -100, 0.0, -0.0, 1e-40], np.float32)[:x.size]
+    (got, stats), events = await _traced(dev, trace, lambda: activation(dev, x, kind, mitigations=mit))
+    mismatch = first_mismatch(got.view(np.uint32), activation_rows(kind, x, dev.config.lanes).view(np.uint32))
+    fin = np.isfinite(x)
+    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
+            "sqnr_db": sqnr_db(activation_reference(kind, x[fin]), got[fin].astype(np.float64))}
 
 
 async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, extremes: bool = False,
