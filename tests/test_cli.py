@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from conftest import require_sim
@@ -101,6 +102,10 @@ def test_run_attention_on_a_revision_it_cannot_mitigate_is_cannot_start(capsys):
          "must be one of auto, on, off"),
         (["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--errata-policy", "FL-ME-001"], "must look like ID="),
         (["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--rev", "C7"], "unknown revision 'C7'"),
+        (["run", "gemm", "--m", "99999999999", "--n", "4", "--k", "4"], "bytes of DRAM, and the board has 4,194,304"),
+        (["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--errata-policy", "FL-ME-001=on",
+          "--errata-policy", "fl-me-001=off"], "given twice, as on and as off"),
+        (["run", "softmax", "--rows", "1000000", "--cols", "1000000"], "bytes of host memory"),
     ],
 )
 def test_errata_bad_input_exit_2(argv, needle, capsys):
@@ -225,7 +230,7 @@ def test_simulator_choices_come_from_the_toolchain():
             if {"--sim", "--sims"} & set(action.option_strings):
                 assert tuple(action.choices) == SIMULATORS, path
                 seen.append(path)
-    assert len(seen) == 13, seen  # run gemm/reduce/softmax/layernorm/rmsnorm/attention, bench, bringup, faults campaign, numerics, errata check/measure, roofline
+    assert len(seen) == 15, seen  # run gemm/reduce/softmax/silu/gelu/layernorm/rmsnorm/attention, bench, bringup, faults campaign, numerics, errata check/measure, roofline
 
 
 def test_bringup_help_names_every_fault_form(capsys):
@@ -301,6 +306,29 @@ def fake_jobs(monkeypatch):
     for mod in (bench, bringup, errata, numerics, run):
         monkeypatch.setattr(mod, "require_sim", lambda name: None, raising=False)
     return calls
+
+
+def test_a_failing_run_describes_its_first_mismatch_in_words(fake_jobs, monkeypatch, capsys):
+    """Issue 15 item 8: not a raw dict."""
+    from types import SimpleNamespace
+
+    from cosim import jobs
+
+    bad = {"index": [0, 4], "got": -28377, "expected": 5, "count": 481}
+    monkeypatch.setattr(jobs, "run_job", lambda fn, kwargs=None, **kw: SimpleNamespace(
+        value={"passed": False, "mismatch": bad, "stats": _STATS}, records=[], run_s=1.0,
+        build=SimpleNamespace(build_s=0.5, cache_hit=True), waves=None))
+    assert cli.main(["run", "gemm", "--m", "2", "--n", "3", "--k", "4"]) == cli.EXIT_FAIL
+    out = capsys.readouterr().out
+    assert "481 differ; first at [0, 4]: got -28377, expected 5" in out and "{'" not in out, out
+
+
+def test_describe_mismatch_shows_fp32_bits_with_their_value():
+    from firstlight.jobs.checks import describe_mismatch, first_mismatch
+
+    got = np.array([1.0, 2.0], np.float32).view(np.uint32)
+    want = np.array([1.0, 2.5], np.float32).view(np.uint32)
+    assert describe_mismatch(first_mismatch(got, want)) == "1 differ; first at [1]: got 0x40000000 (2.0), expected 0x40200000 (2.5)"
 
 
 def test_run_hands_the_job_function_and_its_policy(fake_jobs, tmp_path, capsys):

@@ -40,6 +40,8 @@ def parse_policy(items: list[str] | dict[str, str] | None) -> dict[str, str]:
             raise ValueError(f"errata policy names unknown erratum {k!r}; known: {', '.join(BY_ID)}")
         if v not in POLICIES:
             raise ValueError(f"errata policy for {k} must be one of {', '.join(POLICIES)}, not {v!r}")
+        if k in out and out[k] != v:
+            raise ValueError(f"errata policy for {k} given twice, as {out[k]} and as {v}: give it once")
         out[k] = v
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from firstlight.bringup.plan import STAGE_NAMES
 from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, exit_codes_help
 from rtl.faults import FAULT_FORMS
 
@@ -55,7 +56,8 @@ def add_parser(subparsers) -> None:
     bu.add_argument("--inject", action="append", default=[], metavar="FAULT",
                     help="build with a manufacturing defect no revision has (see below)")
     bu.add_argument("--only", nargs="+", default=None, metavar="STAGE",
-                    help="run these stages (and what they depend on); the others are skipped")
+                    help="run these stages (and what they depend on); the others are skipped. Stages: "
+                         + ", ".join(STAGE_NAMES))
     add_seed_option(bu)
     bu.add_argument("--report", type=Path, default=None, metavar="DIR",
                     help="write report.json, junit.xml and report.md here (and the simulator's log in DIR/sim)")

@@ -127,24 +127,30 @@ def did_you_mean(word: str, known) -> str:
 # ---- option groups ------------------------------------------------------------------------------
 
 def add_sim_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--sim", default=DEFAULT_SIM, choices=SIMULATORS, help=help)
+    p.add_argument("--sim", default=DEFAULT_SIM, choices=SIMULATORS,
+                   help=help or f"simulator to run on: {', '.join(SIMULATORS)} (default: {DEFAULT_SIM})")
 
 
 def add_array_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--array", type=array, default=None, metavar="ROWSxCOLS", help=help)
+    p.add_argument("--array", type=array, default=None, metavar="ROWSxCOLS",
+                   help=help or "systolic array size, e.g. 4x4 (the default) or 8x8")
 
 
 def add_seed_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--seed", type=seed, default=1, help=help)
+    p.add_argument("--seed", type=seed, default=1, help=help or "seed of the random data (default: 1)")
 
 
 def add_rev_option(p: argparse.ArgumentParser, *, default: str | None = "A0", required: bool = False,
                    help: str | None = None) -> None:
-    p.add_argument("--rev", type=revision, default=None if required else default, required=required, help=help)
+    from rtl.revisions import REVISIONS
+
+    known = f"revisions: {', '.join(REVISIONS)}; any case"
+    p.add_argument("--rev", type=revision, default=None if required else default, required=required,
+                   help=f"{help} ({known})" if help else f"silicon revision ({known})")
 
 
 def add_json_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help=help)
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help=help or "also write the results as JSON to PATH")
 
 
 # Output options by their argparse ``dest``: checked for writability before anything is built.

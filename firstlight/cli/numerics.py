@@ -39,9 +39,10 @@ def add_parser(subparsers) -> None:
     add_rev_option(nu, default="B0", help="revision for the main table (default B0: its FP path is as specified)")
     nu.add_argument("--recipes", nargs="+", default=None, metavar="RECIPE", help="default: all (see golden/quant.py)")
     nu.add_argument("--dists", nargs="+", default=None, metavar="DIST", help="normal, outliers, small (default: all)")
-    nu.add_argument("--k", nargs="+", type=positive, default=[64, 256, 1024], metavar="K")
-    nu.add_argument("--m", type=positive, default=32)
-    nu.add_argument("--n", type=positive, default=32)
+    nu.add_argument("--k", nargs="+", type=positive, default=[64, 256, 1024], metavar="K",
+                    help="inner dimensions of the GEMMs (default: 64 256 1024)")
+    nu.add_argument("--m", type=positive, default=32, help="rows of A and C (default: 32)")
+    nu.add_argument("--n", type=positive, default=32, help="columns of B and C (default: 32)")
     add_seed_option(nu)
     nu.add_argument("--report", type=Path, default=None, metavar="DIR", help="write numerics.json and numerics.png")
     nu.add_argument("--no-erratum", action="store_true", help="skip the FL-NU-001 comparison (two more builds)")

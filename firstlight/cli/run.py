@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
 from rich.table import Table
 
 from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, exit_codes_help
+from firstlight.jobs.checks import describe_mismatch
 from kernels.roofline import ROOFLINE_KEYS, explain
 
 from .common import (
@@ -55,8 +57,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="record the chip's trace buffer and write it as a Chrome trace (open in ui.perfetto.dev "
                         "or chrome://tracing): one track per unit (DMA in, DMA out, matrix engine, reduction unit, "
                         "command stream)")
-    add_rev_option(p, help="silicon revision to build: A0 (default), A1, B0; "
-                   "the kernels read REV from the chip and apply that revision's mitigations")
+    add_rev_option(p, help="silicon revision to build (default A0); the kernels read REV from the chip and apply "
+                   "that revision's mitigations")
     p.add_argument("--errata-policy", action="append", default=[], metavar="ID=auto|on|off",
                    help="override one erratum's mitigation (repeatable), e.g. FL-ME-002=off")
     add_formats_option(p)
@@ -86,9 +88,9 @@ def add_parser(subparsers) -> None:
     _add_run_options(g)
     r = run_sub.add_parser("reduce", help="int32 row reduction (sum wraps modulo 2**32)", epilog=EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("--rows", type=positive, required=True)
-    r.add_argument("--cols", type=positive, required=True)
-    r.add_argument("--op", choices=["sum", "max", "min"], required=True)
+    r.add_argument("--rows", type=positive, required=True, help="rows (each reduced to one value)")
+    r.add_argument("--cols", type=positive, required=True, help="int32 values per row")
+    r.add_argument("--op", choices=["sum", "max", "min"], required=True, help="the reduction: sum, max or min")
     _add_run_options(r)
     sm = run_sub.add_parser(
         "softmax", help="fp32 row softmax on the reduction and vector units (max, subtract, exp, sum, reciprocal)",
@@ -135,6 +137,46 @@ def add_parser(subparsers) -> None:
     _add_run_options(at)
 
 
+def _dram_need(args, cfg) -> tuple[int, str] | None:
+    """The DRAM bytes a kernel that stages all its data at once needs (padded as it pads), or
+    None for the row kernels (they stage one accumulator-SRAM chunk at a time)."""
+    def up(x: int, q: int) -> int:
+        return -(-x // q) * q
+
+    if args.kernel == "gemm":
+        m, n, k = up(args.m, cfg.rows), up(args.n, cfg.cols), args.k
+        return m * k + k * n + 4 * m * n, f"A ({args.m}x{k} int8), B ({k}x{args.n} int8) and C (int32)"
+    if args.kernel == "attention":
+        s, d = up(args.seq, cfg.rows), up(args.dim, cfg.lanes)
+        return 3 * s * d + 4 * s * d, f"Q, K, V ({args.seq}x{args.dim} int8) and O (fp32)"
+    return None
+
+
+def _host_bytes() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no limit known
+        return 1 << 62
+
+
+def _check_fits_dram(args, variant) -> None:
+    """Refuse, before anything is built, a problem whose data cannot fit the board's DRAM (the
+    kernels that stage everything at once) or the host's memory (inputs, golden, result: about
+    16 bytes a value for the row kernels)."""
+    need = _dram_need(args, variant.config)
+    if need is not None:
+        nbytes, what = need
+        have = variant.resolved_board.dram_bytes
+        if nbytes > have:
+            raise CannotStart(f"{what} take {nbytes:,} bytes of DRAM, and the board has {have:,} "
+                              f"(--dram-size, at most 16 MiB = 16,777,216); make the problem smaller")
+        return
+    host = 16 * args.rows * args.cols
+    if host > _host_bytes() // 2:
+        raise CannotStart(f"{args.rows}x{args.cols} values need about {host:,} bytes of host memory (input, golden "
+                          f"and result), more than half of this machine's {_host_bytes():,}; make the problem smaller")
+
+
 def _policy(items: list[str]) -> dict[str, str]:
     from workarounds import parse_policy
 
@@ -156,6 +198,7 @@ def cmd(args) -> int:
         work = args.waves_dir or Path("firstlight-out") / f"run-{int(time.time())}"
         check_output_dir(work, "--waves-dir" if args.waves_dir else "--waves (the waveform folder)")
 
+    _check_fits_dram(args, variant)
     # imported once the arguments are known good, so that a bad one exits 2 quickly
     from cosim.jobs import JobFailed, SimulatorDied, run_job
     from firstlight.jobs import kernels as kernel_jobs
@@ -255,7 +298,7 @@ def cmd(args) -> int:
         out["sqnr_db"] = v["sqnr_db"]
     t = Table(show_header=False, box=None)
     t.add_row(*cells("result", plain(("PASS", "green"), " (bit-exact vs golden)") if v["passed"]
-                     else plain(("FAIL", "red"), f" {v['mismatch']['count']} mismatches, first {v['mismatch']}")))
+                     else plain(("FAIL", "red"), f" {describe_mismatch(v['mismatch'])}")))
     if v.get("sqnr_db") is not None:
         t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
     t.add_row(*cells("cycles", f"{st['cycles']:,}"))

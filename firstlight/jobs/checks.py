@@ -6,7 +6,7 @@ import numpy as np
 
 import golden
 
-__all__ = ["first_mismatch", "lowp_reference", "lowp_mismatch", "int8_operands"]
+__all__ = ["first_mismatch", "describe_mismatch", "lowp_reference", "lowp_mismatch", "int8_operands"]
 
 
 def first_mismatch(got: np.ndarray, ref: np.ndarray) -> dict | None:
@@ -18,7 +18,22 @@ def first_mismatch(got: np.ndarray, ref: np.ndarray) -> dict | None:
     if not len(bad):
         return None
     idx = tuple(int(i) for i in bad[0])
-    return {"index": list(idx), "got": int(got[idx]), "expected": int(ref[idx]), "count": int(len(bad))}
+    out = {"index": list(idx), "got": int(got[idx]), "expected": int(ref[idx]), "count": int(len(bad))}
+    if got.dtype == np.uint32 and ref.dtype == np.uint32:  # fp32 results compared as bit patterns
+        out["fp32_bits"] = True
+    return out
+
+
+def describe_mismatch(m: dict) -> str:
+    """``first_mismatch``'s record as a sentence: "481 differ; first at [0, 4]: got -28377,
+    expected 5" (fp32 bit patterns in hex with their value)."""
+    def value(v):
+        if m.get("fp32_bits") and isinstance(v, int):
+            return f"{v:#010x} ({float(np.uint32(v).view(np.float32))!r})"
+        return str(v)
+
+    where = f"first at [{', '.join(map(str, m['index']))}]" if m.get("index") else "the shapes differ"
+    return f"{m['count']:,} differ; {where}: got {value(m['got'])}, expected {value(m['expected'])}"
 
 
 def lowp_reference(result) -> np.ndarray:

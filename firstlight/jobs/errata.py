@@ -22,7 +22,7 @@ from workarounds.registry import ASSESSED_REVISIONS, BY_ID, ERRATA, erratum
 from workarounds.reproducers import run_reproducer
 
 from golden.distributions import sample
-from .checks import first_mismatch, int8_operands, lowp_mismatch
+from .checks import describe_mismatch, first_mismatch, int8_operands, lowp_mismatch
 
 __all__ = [
     "poison_memories", "run_cell", "errata_check_job", "errata_matrix_job", "errata_scale_job",
@@ -197,7 +197,8 @@ def run_matrix(sim: str, seed: int, revisions=None) -> tuple[list[dict], list[st
     for c in cells:
         if c["passed"] != expected_cell_pass(c):
             problems.append(f"{c['id']} on {c['revision']} with mitigation {c['policy']}: "
-                            f"{'passed' if c['passed'] else 'failed'} unexpectedly ({c['mismatch']})")
+                            f"{'passed' if c['passed'] else 'failed'} unexpectedly ("
+                            f"{describe_mismatch(c['mismatch']) if isinstance(c['mismatch'], dict) else c['mismatch']})")
     return cells, problems
 
 
