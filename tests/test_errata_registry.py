@@ -435,3 +435,26 @@ def test_dma_errata_status():
     assert resolve("B0").status["FL-DM-002"].startswith("Mitigated: ") and "FL-DM-001" not in resolve("B0").active
     assert {"FL-DM-001"} <= resolve("A1").active and resolve("A1").status["FL-DM-002"] == "Not affected"
     assert resolve("B1").status["FL-DM-002"] == "Unknown", "B1 is not assessed: its fix is not assumed"
+
+
+def test_reports_say_what_cannot_arise_and_what_was_forced_on():
+    """Issue 15 item 5: an FP8 erratum on an int8-only chip is "Not applicable", not mitigated;
+    a mitigation forced on where the revision is not affected says so in its status."""
+    from types import SimpleNamespace
+
+    import workarounds
+    from rtl.config import ChipConfig
+
+    def dev(rev, cfg):
+        return SimpleNamespace(revision=rev, config=cfg, board=None, set_submit_filter=lambda f: None)
+
+    int8 = ChipConfig(formats=("int8",), vector=False)
+    rep = workarounds.attach(dev("A0", int8), warn=False).report(tuple(workarounds.Unit))
+    assert "FL-NU-001" not in rep["mitigations"] and "FL-ME-001" in rep["mitigations"]
+    assert rep["errata_status"]["FL-NU-001"] == "Not applicable: this chip has no FP8 path (formats int8)"
+    assert rep["errata_status"]["FL-VU-001"] == "Not applicable: this chip has no vector unit"
+    full = workarounds.attach(dev("A0", ChipConfig()), warn=False).report(tuple(workarounds.Unit))
+    assert "FL-NU-001" in full["mitigations"]
+    forced = workarounds.attach(dev("B0", ChipConfig()), {"FL-ME-002": "on"}, warn=False).report(tuple(workarounds.Unit))
+    assert "FL-ME-002" in forced["mitigations"]
+    assert forced["errata_status"]["FL-ME-002"].startswith("Not affected (mitigation forced on: ")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .constraints import GemmConstraints, LowpConstraints, ReduceConstraints, constraints_for
 from .passes import StreamFilter, stream_filter
 from .policy import POLICIES, ErratumWarning, Resolution, parse_policy, resolve
-from .registry import BY_ID, ERRATA, Erratum, Unit, erratum
+from .registry import BY_ID, ERRATA, NEEDS, Erratum, Unit, erratum
 
 __all__ = [
     "BY_ID", "ERRATA", "Erratum", "ErratumWarning", "POLICIES", "Resolution", "Unit", "erratum",
@@ -35,14 +35,17 @@ class Mitigations:
     reduce: ReduceConstraints
     lowp: LowpConstraints
     filter: StreamFilter
+    inapplicable: dict[str, str] = None  # erratum id -> why it cannot arise on this chip (Erratum.needs)
 
     def report(self, units: tuple[Unit, ...]) -> dict:
-        """What a kernel's stats say about errata: the mitigations applied for the units it uses."""
+        """What a kernel's stats say about errata: the mitigations applied for the units it uses
+        (not those of errata this chip cannot have: they are "Not applicable")."""
         res = self.resolution
+        na = self.inapplicable or {}
         mine = [e for e in ERRATA if e.unit in units]
         return {
-            "mitigations": [e.id for e in mine if e.id in res.active],
-            "errata_status": {e.id: res.status[e.id] for e in mine},
+            "mitigations": [e.id for e in mine if e.id in res.active and e.id not in na],
+            "errata_status": {e.id: f"Not applicable: {na[e.id]}" if e.id in na else res.status[e.id] for e in mine},
             "errata_warnings": [w for w in res.warnings if any(w.startswith(e.id) for e in mine)],
             "stream_pass_insertions": dict(self.filter.insertions),
         }
@@ -57,4 +60,15 @@ def attach(dev, policy: dict[str, str] | list[str] | None = None, *, warn: bool 
     flt = stream_filter(res.active, dev.config, getattr(dev, "board", None))  # the DMA passes need both
     dev.set_submit_filter(flt)
     k = constraints_for([e for e in ERRATA if e.id in res.active])
-    return Mitigations(res, k["gemm"], k["reduce"], k["lowp"], flt)
+    return Mitigations(res, k["gemm"], k["reduce"], k["lowp"], flt, inapplicable(dev.config))
+
+
+def inapplicable(config) -> dict[str, str]:
+    """The errata a chip of ``config`` cannot have (their ``needs`` is not built), with why."""
+    out = {}
+    for e in ERRATA:
+        if e.needs is not None:
+            has, why = NEEDS[e.needs]
+            if not has(config):
+                out[e.id] = why.format(formats="/".join(config.formats))
+    return out

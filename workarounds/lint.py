@@ -18,7 +18,7 @@ from rtl.revisions import REVISIONS, Defect
 from .cells import CELL_TYPES, AttentionCell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, VecCell
 from .constraints import knob_problems
 from .passes import PASSES
-from .registry import ASSESSED_REVISIONS, CATEGORIES, ERRATA, ID_PREFIXES, Unit, Erratum
+from .registry import ASSESSED_REVISIONS, CATEGORIES, ERRATA, ID_PREFIXES, NEEDS, Unit, Erratum
 from .reproducers import REPRODUCERS
 
 __all__ = ["lint", "cell_problems"]
@@ -99,6 +99,8 @@ def lint(errata: tuple[Erratum, ...] = ERRATA) -> list[str]:
             problems.append(f"{where} mitigation_kind must be 'stream' or 'kernel'")
         if e.mitigation_kind == "stream" and e.id not in PASSES:
             problems.append(f"{where} a stream mitigation needs a pass in workarounds/passes.py")
+        if e.needs is not None and e.needs not in NEEDS:
+            problems.append(f"{where} needs {e.needs!r}, not one of {', '.join(NEEDS)}")
         if e.mitigation_kind == "kernel" and e.mitigation and not e.knobs:
             problems.append(f"{where} a kernel mitigation must set constraint knobs (workarounds/constraints.py)")
         problems += [f"{where} {p}" for p in knob_problems(e.knobs)]

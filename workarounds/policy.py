@@ -76,7 +76,7 @@ def status_for(e: Erratum, revision: str, active: bool) -> str:
     if revision not in ASSESSED_REVISIONS:
         return "Mitigated: " + e.mitigation + " (forced on)" if active else "Unknown"
     if revision not in e.affected:
-        return "Not affected"
+        return f"Not affected (mitigation forced on: {e.mitigation})" if active else "Not affected"
     return "Mitigated: " + e.mitigation if active else "Vulnerable"
 
 

@@ -57,6 +57,16 @@ class Erratum:
     scale: Cell | None = field(default=None, compare=False)  # a realistic workload for the cost at scale
     # Kernel mitigations: the constraint knobs they set, {family: {field: value}} (constraints.py).
     knobs: dict = field(default_factory=dict, compare=False)
+    # A chip feature the erratum's conditions need ("fp8": an E4M3 or E5M2 path, "vector": the
+    # vector unit); on a chip built without it the erratum cannot arise (NEEDS).
+    needs: str | None = None
+
+
+# What each ``needs`` value asks of a rtl.config.ChipConfig, and how to say it is missing.
+NEEDS = {
+    "fp8": (lambda cfg: bool({"e4m3", "e5m2"} & set(cfg.formats)), "this chip has no FP8 path (formats {formats})"),
+    "vector": (lambda cfg: bool(cfg.vector), "this chip has no vector unit"),
+}
 
 
 ERRATA: tuple[Erratum, ...] = (
@@ -185,6 +195,7 @@ ERRATA = ERRATA + (
         affected=("A0", "A1"),
         fixed_in="B0",
         defect=Defect.FP8_SUBNORMALS_READ_AS_ZERO,
+        needs="fp8",
         conditions="E4M3 or E5M2 MATMUL with subnormal operand codes (exponent field 0, mantissa != 0).",
         description="The PE operand decoder drops the significand of subnormal FP8 codes (denormals-are-zero).",
         implication="Unscaled (cast) FP8 on small-magnitude data loses everything below the normal range: on "
@@ -252,6 +263,7 @@ ERRATA = ERRATA + (
         affected=("B0",),
         fixed_in=None,
         defect=Defect.VECTOR_EXPSUB_UNROUNDED,
+        needs="vector",
         conditions="A VEC EXPSUB whose difference a - b is not exact in fp32 (nearly every flash-attention "
         "score; the softmax kernel issues FSUB and EXP and is not exposed).",
         description="B0's retimed fused path gives the exponential a subtractor of its own, tapped before the "
