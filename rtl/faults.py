@@ -360,7 +360,17 @@ def parse_fault(spec: str, config: ChipConfig, board: BoardConfig | None = None)
 
 
 def parse_faults(specs, config: ChipConfig, board: BoardConfig | None = None) -> tuple[Fault, ...]:
-    return tuple(parse_fault(s, config, board) for s in specs)
+    """Every spec parsed; two faults on the same site and bit that disagree on its value (stuck
+    at 0 and at 1) are refused: the chip cannot be built with both."""
+    faults = tuple(parse_fault(s, config, board) for s in specs)
+    seen: dict[tuple, Fault] = {}
+    for f in faults:
+        site = (f.kind, f.target, f.addr, f.addr2, f.bit, f.aux)
+        other = seen.get(site)
+        if other is not None and other.value != f.value:
+            raise ValueError(f"faults {other.spec} and {f.spec} hold the same bit at different values; give one")
+        seen[site] = f
+    return faults
 
 
 # ---- the fault universe -----------------------------------------------------------------------

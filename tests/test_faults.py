@@ -417,3 +417,13 @@ def test_sram_saboteur_matches_the_fault_definition(spec):
     sim.add_testbench(tb)
     sim.run()
     assert not mismatches, f"{spec}: {mismatches[:5]} (seed {seed}; FIRSTLIGHT_SEED={SEED})"
+
+
+def test_two_faults_holding_one_bit_at_different_values_are_refused():
+    """Issue 15 item 6: stuck at 0 and at 1 on the same SRAM bit cannot both be built."""
+    from rtl.faults import parse_faults
+
+    with pytest.raises(ValueError, match="hold the same bit at different values"):
+        parse_faults(["sram:A:stuck0:addr=3:bit=2", "sram:A:stuck1:addr=3:bit=2"], SMALL)
+    assert len(parse_faults(["sram:A:stuck0:addr=3:bit=2", "sram:A:stuck1:addr=3:bit=3"], SMALL)) == 2
+    assert len(parse_faults(["sram:A:stuck1:addr=3:bit=2", "sram:A:stuck1:addr=3:bit=2"], SMALL)) == 2
