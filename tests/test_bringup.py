@@ -29,7 +29,7 @@ def _stages(report) -> dict:
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("rev, errata", [("A0", 7), ("A1", 5), ("B0", 2)])  # with FL-DM-001 (A0, A1), FL-DM-002 (B0)
+@pytest.mark.parametrize("rev, errata", [("A0", 7), ("A1", 5), ("B0", 3)])  # with FL-DM-001 (A0, A1), FL-DM-002 and FL-VU-001 (B0)
 def test_clean_chip_passes_every_stage(tmp_path, rev, errata):
     require_sim("verilator")
     code, rep = _bringup(tmp_path, "--rev", rev)
