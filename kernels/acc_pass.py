@@ -16,7 +16,7 @@ from rtl.memories import Region
 
 from .dma_stream import SEM
 
-__all__ = ["acc_pass", "units_busy_cycles"]
+__all__ = ["acc_pass", "units_busy_cycles", "chunked_busy_cycles"]
 
 
 async def acc_pass(dev, words: np.ndarray, body: list[int], out_words: int, host: dict,
@@ -70,3 +70,11 @@ def units_busy_cycles(cfg, cmds: list[int]) -> int:
         elif d["opcode"] == Opcode.VEC:
             total += d["length"] + 2
     return total
+
+
+def chunked_busy_cycles(cfg, rows: int, per_chunk: int, stream_for) -> int:
+    """:func:`units_busy_cycles` of a row kernel that runs ``rows`` in chunks of ``per_chunk``
+    (``stream_for(n)``: the commands of a chunk of ``n`` rows): its vector roof."""
+    full, last = divmod(rows, per_chunk)
+    busy = full * units_busy_cycles(cfg, stream_for(per_chunk))
+    return busy + (units_busy_cycles(cfg, stream_for(last)) if last else 0)

@@ -17,9 +17,9 @@ from golden.vector import row_words
 from rtl.isa import MAX_COUNT, VecB, VecOp, vec
 from workarounds import Mitigations, Unit
 
-from .acc_pass import acc_pass, units_busy_cycles
+from .acc_pass import acc_pass, chunked_busy_cycles
 from .stats import KernelStats, Measure
-from .validate import check_matrix
+from .validate import check_matrix, require_vector
 
 if TYPE_CHECKING:
     from cosim.device import KernelDevice
@@ -56,8 +56,7 @@ async def activation(dev: KernelDevice, x: np.ndarray, kind: str, *, mitigations
         raise ValueError(f"kind must be one of {', '.join(ACTIVATIONS)}, got {kind!r}")
     x = check_matrix("x", x, (np.float32,), "fp32 values, shape (R, C)")
     cfg = dev.config
-    if not cfg.vector:
-        raise ValueError("this chip has no vector unit (built with vector=False): VEC commands are rejected")
+    require_vector(cfg, kind)
     lanes, depth = cfg.lanes, cfg.acc_depth
     rows, cols = x.shape
     xw = row_words(x, lanes, 0)
@@ -68,9 +67,7 @@ async def activation(dev: KernelDevice, x: np.ndarray, kind: str, *, mitigations
                          f"SRAM ({depth} words)")
     consts = np.zeros((len(_CONST), lanes), np.uint32)
     consts[:, 0] = np.array([ACTIVATION_CONSTANTS[k] for k in _CONST], np.float32).view(np.uint32)
-    full, last = divmod(rows, per_chunk)
-    busy = full * units_busy_cycles(cfg, activation_stream(kind, per_chunk * wpr))
-    busy += units_busy_cycles(cfg, activation_stream(kind, last * wpr)) if last else 0
+    busy = chunked_busy_cycles(cfg, rows, per_chunk, lambda n: activation_stream(kind, n * wpr))
     out = np.zeros_like(xw)
     host: dict = {}
     async with Measure(dev, kind, rows * wpr, {"shape": [rows, cols], "host": host},

@@ -33,7 +33,7 @@ from .acc_pass import units_busy_cycles
 from .dma_stream import ATTN_SEM as SEM
 from .dma_stream import Ledger
 from .stats import KernelStats, Measure
-from .validate import check_matrix
+from .validate import check_matrix, require_vector
 
 if TYPE_CHECKING:
     from cosim.device import KernelDevice
@@ -260,8 +260,7 @@ async def attention(dev: KernelDevice, q: np.ndarray, k: np.ndarray, v: np.ndarr
             raise ValueError(f"{name} has non-finite values: the int8 recipe scales by the tensor's amax and cannot "
                              "carry Inf or NaN (mask with causal=True instead of -Inf scores)")
     cfg = dev.config
-    if not cfg.vector:
-        raise ValueError("attention needs the vector unit; this chip was built with vector=False")
+    require_vector(cfg, "attention")
     gc = mitigations.gemm
     if gc.repeat_first_a_word or gc.avoid_unit_chunk:
         raise ValueError("the active errata mitigations ask the MATMUL streams for a repeated first A word or no "

@@ -31,7 +31,7 @@ from .epilogue import Epilogue, epilogue_vecs, max_columns
 from .layout import pack_a_panels, pack_b_panels
 from .roofline import drain_cycles, ideal_cycles, memory_cycles
 from .stats import KernelStats, Measure
-from .validate import check_matrix
+from .validate import check_matrix, require_vector
 
 if TYPE_CHECKING:  # the protocol of the device surface a kernel uses
     from cosim.buffers import Buffer
@@ -564,8 +564,7 @@ async def gemm(dev: KernelDevice, a: np.ndarray, b: np.ndarray, *, mitigations: 
     n = b.shape[1]
     acc_words = epi_words = None
     if epilogue is not None:
-        if not cfg.vector:
-            raise ValueError("the GEMM epilogue runs on the vector unit, and this chip has none (built with vector=False)")
+        require_vector(cfg, "the GEMM epilogue")
         if not isinstance(epilogue, Epilogue):
             raise TypeError(f"epilogue must be a kernels.epilogue.Epilogue, got {type(epilogue).__name__}")
         if len(epilogue.bias) != n:

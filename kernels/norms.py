@@ -21,9 +21,9 @@ from golden.vector import bits
 from rtl.isa import MAX_COUNT, ReduceOp, VecB, VecOp, reduce, vec
 from workarounds import Mitigations, Unit
 
-from .acc_pass import acc_pass, units_busy_cycles
+from .acc_pass import acc_pass, chunked_busy_cycles
 from .stats import KernelStats, Measure
-from .validate import check_matrix
+from .validate import check_matrix, require_vector
 
 if TYPE_CHECKING:
     from cosim.device import KernelDevice
@@ -88,8 +88,7 @@ async def _norm(dev, kind: str, x, gamma, beta, eps: float, mitigations: Mitigat
     if not isinstance(eps, (int, float)) or not np.isfinite(eps) or eps < 0:
         raise ValueError(f"eps must be a finite number >= 0, not {eps!r}")
     cfg = dev.config
-    if not cfg.vector:
-        raise ValueError(f"{kind}_norm needs the vector unit; this chip was built with vector=False")
+    require_vector(cfg, f"{kind}_norm")
     lanes, depth = cfg.lanes, cfg.acc_depth
     wpr = -(-cols // lanes)
     per_chunk = min(rows, (depth - 3 - 2 * wpr) // (2 * wpr + 2), MAX_COUNT // (2 * wpr))
@@ -107,9 +106,7 @@ async def _norm(dev, kind: str, x, gamma, beta, eps: float, mitigations: Mitigat
     masked = cols % lanes != 0
     out = np.zeros_like(xw)
     host: dict = {}
-    full, last = divmod(rows, per_chunk)
-    busy = full * units_busy_cycles(cfg, norm_stream(kind, per_chunk, wpr, masked))
-    busy += units_busy_cycles(cfg, norm_stream(kind, last, wpr, masked)) if last else 0
+    busy = chunked_busy_cycles(cfg, rows, per_chunk, lambda n: norm_stream(kind, n, wpr, masked))
     param_bytes = 4 * cols * (2 if beta is not None else 1)
     async with Measure(dev, f"{kind}_norm", rows * wpr, {"shape": [rows, cols], "host": host},
                        compulsory_bytes=8 * rows * cols + param_bytes, useful_macs=0, vector_cycles=busy) as meas:

@@ -18,9 +18,9 @@ from golden.vector import row_words
 from rtl.isa import MAX_COUNT, ReduceOp, VecB, VecOp, reduce, vec
 from workarounds import Mitigations, Unit
 
-from .acc_pass import acc_pass, units_busy_cycles
+from .acc_pass import acc_pass, chunked_busy_cycles
 from .stats import KernelStats, Measure
-from .validate import check_matrix
+from .validate import check_matrix, require_vector
 
 if TYPE_CHECKING:
     from cosim.device import KernelDevice
@@ -59,8 +59,7 @@ async def softmax(dev: KernelDevice, x: np.ndarray, *, mitigations: Mitigations,
     """
     x = check_matrix("x", x, (np.float32,), "fp32 logits, shape (R, C)")
     cfg = dev.config
-    if not cfg.vector:
-        raise ValueError("softmax needs the vector unit; this chip was built with vector=False")
+    require_vector(cfg, "softmax")
     lanes, depth = cfg.lanes, cfg.acc_depth
     rows, cols = x.shape
     w = row_words(x, lanes, NEG_INF)
@@ -86,6 +85,4 @@ async def softmax(dev: KernelDevice, x: np.ndarray, *, mitigations: Mitigations,
 
 def _vector_cycles(cfg, rows: int, wpr: int, per_chunk: int) -> int:
     """The units' busy cycles over all chunks (the vector roof)."""
-    full, last = divmod(rows, per_chunk)
-    total = full * units_busy_cycles(cfg, softmax_stream(per_chunk, wpr))
-    return total + (units_busy_cycles(cfg, softmax_stream(last, wpr)) if last else 0)
+    return chunked_busy_cycles(cfg, rows, per_chunk, lambda n: softmax_stream(n, wpr))

@@ -7,6 +7,12 @@ import numpy as np
 __all__ = ["check_matrix"]
 
 
+def require_vector(config, what: str) -> None:
+    """Refuse a kernel that needs the vector unit on a chip built without it (VEC would be BAD_VEC_OP)."""
+    if not config.vector:
+        raise ValueError(f"{what} needs the vector unit, and this chip was built without it (vector=False)")
+
+
 def check_matrix(name: str, x, dtypes: tuple[type, ...], what: str) -> np.ndarray:
     """Return ``x`` as a C-contiguous 2-D array, or raise a precise TypeError/ValueError."""
     if not isinstance(x, np.ndarray):

@@ -27,7 +27,7 @@ from workarounds import Mitigations, Unit
 
 from .acc_pass import acc_pass
 from .stats import KernelStats, Measure
-from .validate import check_matrix
+from .validate import check_matrix, require_vector
 
 if TYPE_CHECKING:
     from cosim.device import KernelDevice
@@ -82,8 +82,7 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
     """
     a, b = _check(op, a, b, broadcast)
     cfg = dev.config
-    if not cfg.vector:
-        raise ValueError("this chip has no vector unit (built with vector=False): VEC commands are rejected")
+    require_vector(cfg, f"elementwise {op}")
     lanes, depth = cfg.lanes, cfg.acc_depth
     rows, cols = a.shape
     aw = row_words(a, lanes, 0)  # (R, W, LANES)
