@@ -86,6 +86,7 @@ class KernelDevice(Protocol):
     def load_words(self, region: int, start: int, words: Iterable[int]) -> int: ...
     def read_words(self, region: int, start: int, count: int) -> list[int]: ...
     async def submit(self, commands: Sequence[int], budget_cycles: int | None = None) -> None: ...
+    def now_cycles(self) -> int: ...
     async def wait_idle(self, budget_cycles: int | None = None) -> None: ...
     async def check_no_error(self) -> None: ...
 
@@ -99,7 +100,7 @@ class _Backdoor:
     on both simulators; tests check every word against the front-door window.
     """
 
-    def __init__(self, array_handle, width: int, depth: int):
+    def __init__(self, array_handle, width: int, depth: int, tap=None):
         from cocotb.handle import _GPISetAction
 
         self._array = array_handle
@@ -107,6 +108,7 @@ class _Backdoor:
         self.depth = depth
         self._raw: list | None = None
         self._deposit = _GPISetAction.DEPOSIT.value
+        self._tap = tap  # tap(start, words): a recorded run notes every write (cosim/stimulus.py)
 
     def _handles(self, start: int, count: int) -> list:
         """Handles of words [start, start + count), looked up once each (a DRAM has 2**18 words:
@@ -120,6 +122,8 @@ class _Backdoor:
         return raw
 
     def write(self, start: int, words: Sequence[int]) -> None:
+        if self._tap is not None:
+            self._tap(start, words)
         raw = self._handles(start, len(words))
         dep = self._deposit
         if self.width <= 32:
@@ -205,13 +209,21 @@ class Device:
         return dev
 
     def _attach_memories(self) -> None:
-        chip, cfg = self.tb.chip, self.config
-        self._mems = {m.region: _Backdoor(getattr(chip, m.backdoor), m.width(cfg), m.depth(cfg)) for m in MEMORIES}
+        chip, cfg, tb = self.tb.chip, self.config, self.tb
+        rec = tb.recorder
+
+        def tap(record, *args):  # every backdoor write, stamped with the testbench's time, for a replay
+            return None if rec is None else (lambda start, words: record(tb.now_ns(), *args, start, words))
+
+        self._mems = {m.region: _Backdoor(getattr(chip, m.backdoor), m.width(cfg), m.depth(cfg),
+                                          tap(rec and rec.sram, m.region))
+                      for m in MEMORIES}
         b = self.board
         self.dram = DramAllocator(b.dram_bytes, b.bus_bytes)
         dram = getattr(self.tb.dut, "dram", None)  # absent when cocotb serves the AXI port itself
         self._dram_mem = (None if dram is None
-                          else _Backdoor(getattr(getattr(dram, DRAM_INSTANCE), ARRAY_VAR), 8 * ROW_BYTES, b.dram_bytes // ROW_BYTES))
+                          else _Backdoor(getattr(getattr(dram, DRAM_INSTANCE), ARRAY_VAR), 8 * ROW_BYTES,
+                                         b.dram_bytes // ROW_BYTES, tap(rec and rec.dram)))
 
     # ---- DRAM: host memory, through the backdoor ------------------------------------------
     def _dram_range(self, addr: int, nbytes: int) -> None:

@@ -58,6 +58,11 @@ async def firstlight_job(dut):
         mod_name, fn_name = spec["target"].split(":")
         fn = getattr(importlib.import_module(mod_name), fn_name)
         tb = Testbench(dut, clock=spec.get("clock", "hdl"))
+        if spec.get("stimulus"):  # record what the run does to the board, for a replay (cosim/limit.py)
+            from cosim.stimulus import StimulusRecorder
+            from cosim.testbench import CLOCK_PERIOD_NS
+
+            tb.recorder = StimulusRecorder(CLOCK_PERIOD_NS)
         if spec.get("discover", True):
             dev = await Device.open(tb)
             emit({"type": "device", "revision": dev.revision, "config": dev.config.as_dict(),
@@ -68,6 +73,9 @@ async def firstlight_job(dut):
                                 beats=b["beats"], period=b["period"], bandwidth=b["bytes_per_cycle"])
             dev = await Device.open(tb, discover=False, config=ChipConfig(**spec["config"]), board=board)
         result = await fn(dev, emit, **spec.get("kwargs", {}))
+        if tb.recorder is not None:
+            end = tb.recorder.write(Path(spec["stimulus"]), tb.now_ns())
+            emit({"type": "stimulus", "path": spec["stimulus"], "end_cycle": end, "events": len(tb.recorder.events)})
         emit({"type": "result", "value": result})
     except Exception as e:
         emit({"type": "exception", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})

@@ -175,11 +175,14 @@ def run_job(
     build: Build | None = None,
     on_record: Callable[[dict], None] | None = None,
     poll_s: float = 0.25,
+    stimulus: Path | None = None,
 ) -> JobResult:
     """Run one job on a fresh simulator process; raise :class:`JobFailed` if it did not finish.
 
     ``on_record(record)`` is called in this thread for every record as the job emits it (the
     simulator runs in a worker thread meanwhile), so a caller can show progress live.
+    With ``stimulus`` the run's board stimulus is recorded into that file for a replay
+    (:mod:`cosim.stimulus`, :mod:`cosim.limit`).
     """
     target = job_target(fn)
     variant = variant or Variant()
@@ -194,7 +197,8 @@ def run_job(
     job_file = work / "job.json"
     job_file.write_text(json.dumps({"target": target, "kwargs": kwargs or {}, "records": str(records_path),
                                     "clock": clock, "discover": discover, "config": variant.config.as_dict(),
-                                    "board": variant.resolved_board.as_dict()}))
+                                    "board": variant.resolved_board.as_dict(),
+                                    "stimulus": str(Path(stimulus).resolve()) if stimulus else None}))
     env = {"FIRSTLIGHT_JOB": str(job_file)}
     if on_record is None:
         log, _results, run_s, error = _launch(build, "cosim.job_entry", work, env, waves)

@@ -39,6 +39,8 @@ class Testbench:
         # True while the testbench sits at a falling clock edge it reached itself, with no time
         # passed since: handles may be written and a transfer may start without another wait.
         self._at_falling_edge = False
+        # A cosim.stimulus.StimulusRecorder while the run is recorded for a replay (bench --limit).
+        self.recorder = None
 
     async def start(self) -> None:
         if self._started:
@@ -54,9 +56,13 @@ class Testbench:
         await self.start()
         await FallingEdge(self.clk)
         self.dut.rst.value = 1
+        if self.recorder is not None:
+            self.recorder.reset_asserted(self.now_ns())
         await self.wait_cycles(cycles)
         await FallingEdge(self.clk)
         self.dut.rst.value = 0
+        if self.recorder is not None:
+            self.recorder.reset_released(self.now_ns())
         await FallingEdge(self.clk)
         self._at_falling_edge = True
 
@@ -79,6 +85,7 @@ class Testbench:
         if not self._at_falling_edge:
             await FallingEdge(self.clk)
         self._at_falling_edge = False
+        ev = None if self.recorder is None else self.recorder.csr(self.now_ns(), addr, wdata & 0xFFFFFFFF, write)
         d.csr_addr.value = addr
         d.csr_wdata.value = wdata & 0xFFFFFFFF
         strobe = d.csr_we if write else d.csr_re
@@ -102,6 +109,8 @@ class Testbench:
                 "cycles (a window write into ACC waits while a unit is busy; is the chip hung?)"
             )
         data = int(d.csr_rdata.value)
+        if ev is not None and not write:
+            ev[3] = data
         await FallingEdge(self.clk)
         strobe.value = 0
         self._at_falling_edge = True

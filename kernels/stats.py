@@ -77,6 +77,9 @@ class KernelStats:
     double_buffer: bool | None = None
     epilogue: str | None = None  # a GEMM's fused epilogue (kernels/epilogue.py): "requant" or "requant+relu"
     dram: dict | None = None  # the board's DRAM (rtl.board.BoardConfig.as_dict)
+    # the testbench clock's cycles at the start and the end of the measurement: the window a
+    # replay of the run times (cosim/limit.py), so both count the same simulated cycles
+    sim_window: list[int] | None = None
 
     def add_errata(self, report: dict) -> None:
         for k, v in report.items():
@@ -103,6 +106,7 @@ class Measure:
     async def __aenter__(self):
         self._sim0 = self.dev.timing.sim_s
         self._t0 = time.perf_counter()
+        self._c0 = self.dev.now_cycles()
         self._p0 = await self.dev.read_perf()
         return self
 
@@ -140,6 +144,7 @@ class Measure:
             dram=self.dev.board.as_dict(),
             vector_busy_cycles=d["VEC_BUSY"],
             vector_elems=d["VEC_ELEMS"],
+            sim_window=[self._c0, self.dev.now_cycles()],
             **self.extra,
         )
         if self.useful_macs is not None:

@@ -25,8 +25,10 @@ from .common import (
     console,
     err_console,
     fmt_pct,
+    int_at_least,
     plain,
     require_sim,
+    add_sram_depth_option,
     uses_build_cache,
     variant_from_args,
 )
@@ -53,6 +55,7 @@ def add_parser(subparsers) -> None:
     add_array_option(b)
     add_rev_option(b, help="silicon revision (default A0, mitigations on)")
     add_formats_option(b)
+    add_sram_depth_option(b)
     add_seed_option(b)
     add_json_option(b)
     add_dram_options(b)
@@ -68,6 +71,14 @@ def add_parser(subparsers) -> None:
     b.add_argument("--rows", nargs="*", default=None, metavar="RxC", dest="row_shapes",
                    help=f"softmax / LayerNorm / RMSNorm shapes for the vector-unit table (default: "
                         f"{' '.join(DEFAULT_ROWS)}; with no value: none)")
+    b.add_argument("--limit", action="store_true",
+                   help="measure the harness against the simulator's limit instead: a bare Verilator build of the "
+                        "same Verilog replays a recorded run (a Verilog driver, no VPI, no cocotb) and the table "
+                        "gives harness cycles/s, limit cycles/s and their ratio per chip (the FP chip and the "
+                        "int8-only chip of --array, or the one --formats names) and shape (default: 256x256x256)")
+    b.add_argument("--reps", type=int_at_least(1, "repetitions"), default=3,
+                   help="--limit: alternating harness/limit pairs per chip and shape; the median ratio is "
+                        "reported (default: 3)")
     b.add_argument("--trace", type=Path, default=None, metavar="PATH",
                    help="record the trace buffer of every run and write each as a Chrome trace next to PATH "
                         "(PATH-<sim>-<shape>-<double|single>.json; open in ui.perfetto.dev)")
@@ -147,6 +158,10 @@ def _bench_records(job, params: dict, rtype: str, variant, sim: str) -> tuple[li
 
 
 def cmd(args) -> int:
+    if args.limit:
+        from .bench_limit import DEFAULT_LIMIT_SHAPES, limit_cmd
+
+        return limit_cmd(args, [_parse_shape(x) for x in (args.shapes or DEFAULT_LIMIT_SHAPES)])
     found = available_simulators()
     sims = args.sims or [s for s, info in found.items() if not isinstance(info, SimulatorMissing)]
     for s in args.sims or []:
