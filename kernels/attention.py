@@ -59,9 +59,6 @@ __all__ = ["attention", "plan_attention", "attention_stream", "AttentionLayout"]
 ATTN_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC, Unit.DMA, Unit.VECTOR)
 FP8_FORMATS = {"e4m3": Format.E4M3, "e5m2": Format.E5M2}
 
-MAX_MASKS = 2  # distinct masks kept in ACC for the whole kernel (causal: the diagonal tile, and the last one)
-
-
 def _n_masks(seq: int, b: int, t: int, causal: bool) -> int:
     """Distinct masks a plan needs: none, the padded last key tile, or (causal, b == t) the
     diagonal tile, and the last block's diagonal tile with the padding too."""
@@ -168,10 +165,15 @@ def plan_attention(cfg, seq: int, dim: int, causal: bool, bq: int | None = None,
             masked = causal or seq % t != 0
             compute = sum(_pair_cycles(cfg, b // lanes, t, dp, lay.nc, fp8, masked, ti == 0)
                           for q0 in p.blocks() for ti, _ in enumerate(p.tiles(q0)))
-            n_pairs = sum(len(p.tiles(q0)) for q0 in p.blocks())
-            dram = (n_pairs * (2 * t * dp + lay.sa_words * rows) + len(p.blocks()) * 5 * b * dp) / bytes_per_cycle
-            # the DMA overlaps the compute but shares the DRAM at each block's start and end
-            cost = max(compute, dram) + 0.05 * dram + (b * dp + t * dp) / bytes_per_cycle
+            order = [k0 for q0 in p.blocks() for k0 in p.tiles(q0)]
+            kv_loads = sum(j == 0 or k0 != order[j - 1] for j, k0 in enumerate(order))
+            dram = (kv_loads * (2 * t * dp + lay.sa_words * rows) + len(p.blocks()) * 5 * b * dp) / bytes_per_cycle
+            # The DMA overlaps the compute, but not wholly: the first Q and K tiles come before
+            # anything can start, the last block's store after everything, and loads and stores
+            # contend at block boundaries (about a fifth of the DRAM time in the runs measured in
+            # docs/kernels.md)
+            ends = (b * dp + t * dp + 4 * b * dp) / bytes_per_cycle
+            cost = max(compute, dram) + 0.2 * dram + ends
             if cost < best_cost:
                 best, best_cost = p, cost
     if best is None:
