@@ -176,10 +176,13 @@ def test_numerics_report_small(tmp_path, capsys):
     require_sim("verilator")
     out = tmp_path / "nu"
     code = cli.main(["numerics", "--m", "8", "--n", "8", "--k", "64", "--recipes", "int8-tensor", "fp8-e4m3-cast",
-                     "mxfp4-e2m1-rceil", "--dists", "normal", "small", "--report", str(out)])
+                     "mxfp4-e2m1-rceil", "--dists", "normal", "small", "--report", str(out),
+                     "--attention-seq", "12", "--attention-dim", "8", "--attention-recipes", "int8", "fp8-e5m2"])
     assert code == cli.EXIT_OK, capsys.readouterr().err
     d = json.loads((out / "numerics.json").read_text())
     assert d["all_bit_identical"] and len(d["rows"]) == 6 and d["vulnerable_differs_from_golden"]
+    att = d["attention"]["rows"]
+    assert [r["recipe"] for r in att] == ["int8", "fp8-e5m2"] and all(r["bit_identical"] for r in att)
     assert (out / "numerics.png").read_bytes()[:4] == b"\x89PNG"
     cases = {(r["recipe"], r["case"]): r["sqnr_db"] for r in d["erratum_FL-NU-001"]}
     # the erratum costs the cast recipe its signal; the mitigation brings it back above spec
@@ -191,6 +194,8 @@ def test_numerics_report_small(tmp_path, capsys):
 def test_numerics_bad_input(capsys):
     assert cli.main(["numerics", "--recipes", "fp7"]) == cli.EXIT_CANNOT_START
     assert "unknown recipe 'fp7'" in capsys.readouterr().err
+    assert cli.main(["numerics", "--attention-recipes", "fp16"]) == cli.EXIT_CANNOT_START
+    assert "unknown attention recipe 'fp16'; accepted: int8, fp8-e4m3, fp8-e5m2" in capsys.readouterr().err
     assert cli.main(["numerics", "--dists", "uniform"]) == cli.EXIT_CANNOT_START
     assert "unknown distribution 'uniform'" in capsys.readouterr().err
 

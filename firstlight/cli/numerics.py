@@ -30,8 +30,9 @@ def add_parser(subparsers) -> None:
     nu = subparsers.add_parser(
         "numerics", help="SQNR of every quantization recipe on the RTL (table, JSON, PNG plot)",
         description="Runs each recipe x distribution x K on the chip, reports SQNR vs a float64 "
-        "ideal, checks the chip's bits against the golden, and shows erratum FL-NU-001 "
-        "vulnerable vs mitigated.", formatter_class=argparse.RawDescriptionHelpFormatter,
+        "ideal, checks the chip's bits against the golden, shows erratum FL-NU-001 "
+        "vulnerable vs mitigated, and runs flash attention with P in int8, FP8 E4M3 and E5M2.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=exit_codes_help("the RTL's bits differ from the golden, or a job did not finish"))
     nu.set_defaults(handler=cmd)
     uses_build_cache(nu)
@@ -46,6 +47,16 @@ def add_parser(subparsers) -> None:
     add_seed_option(nu)
     nu.add_argument("--report", type=Path, default=None, metavar="DIR", help="write numerics.json and numerics.png")
     nu.add_argument("--no-erratum", action="store_true", help="skip the FL-NU-001 comparison (two more builds)")
+    at = nu.add_argument_group(
+        "attention", "flash attention with each attention recipe (P and V in int8, FP8 E4M3 or E5M2; Q and K int8) on "
+        "N(0, 1) data: output SQNR vs float64, the RTL's bits vs the kernel golden, and the SQNR with one stage "
+        "(QK^T, P, V) taken out of the quantization (where the error comes from)")
+    at.add_argument("--attention-seq", nargs="+", type=positive, default=[64, 128, 256], metavar="SEQ",
+                    help="sequence lengths (default: 64 128 256)")
+    at.add_argument("--attention-dim", type=positive, default=64, metavar="D", help="head dimension (default: 64)")
+    at.add_argument("--attention-recipes", nargs="+", default=None, metavar="NAME",
+                    help="default: all (int8, fp8-e4m3, fp8-e5m2; see run attention --help)")
+    at.add_argument("--no-attention", action="store_true", help="skip the attention section")
     sp = nu.add_argument_group(
         "special functions", "--special measures the special functions' algorithms (golden/special.py, which the "
         "RTL matches bit for bit) against float64 over every fp32 input of their documented range; no simulator "
@@ -108,8 +119,15 @@ def cmd(args) -> int:
     for d in dists:
         if d not in DISTRIBUTIONS:
             raise CannotStart(f"unknown distribution {d!r}; known: {', '.join(DISTRIBUTIONS)}")
+    from golden.attention_recipes import ATTENTION_RECIPES
+
+    for r in args.attention_recipes or []:
+        if r not in ATTENTION_RECIPES:
+            raise CannotStart(f"unknown attention recipe {r!r}; accepted: {', '.join(ATTENTION_RECIPES)}")
     res = run_numerics(sim=args.sim, revision=args.rev, recipes=recipes, dists=dists, ks=args.k, m=args.m, n=args.n,
-                       seed=args.seed, report_dir=args.report, out=Reporter(console), erratum=not args.no_erratum)
+                       seed=args.seed, report_dir=args.report, out=Reporter(console), erratum=not args.no_erratum,
+                       attention_seqs=None if args.no_attention else args.attention_seq,
+                       attention_dim=args.attention_dim, attention_recipes=args.attention_recipes)
     if res.get("harness_error"):
         return EXIT_HARNESS_ERROR
     return EXIT_OK if res["all_bit_identical"] and not res["error"] else EXIT_FAIL

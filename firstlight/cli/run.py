@@ -123,18 +123,30 @@ def add_parser(subparsers) -> None:
         nm.add_argument("--cols", type=positive, required=True, help="values per row (the length of gamma)")
         nm.add_argument("--eps", type=float, default=eps, help=f"added to the variance (default {eps:g})")
         _add_run_options(nm)
+    from golden.attention_recipes import ATTENTION_RECIPES
+
     at = run_sub.add_parser(
-        "attention", help="single-head flash attention, int8 recipe (softmax(Q K^T / sqrt(D)) V)", epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Seeded N(0, 1) Q, K, V of shape (seq, dim), quantized per tensor to int8 on the host; on the "
-                    "chip S^T = K Q^T, the online softmax, P in int8 and O^T = V^T P^T (kernels/attention.py). "
-                    "Checked bit for bit against golden/attention.py and by SQNR against float64.")
+        "attention", help="single-head flash attention (softmax(Q K^T / sqrt(D)) V), int8 or FP8 P and V",
+        epilog="recipes:\n" + "\n".join(f"  {r.name:9} {r.summary}" for r in ATTENTION_RECIPES.values())
+        + "\n\n" + EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Seeded N(0, 1) Q, K, V of shape (seq, dim), quantized on the host as the recipe says; on the "
+                    "chip S^T = K Q^T, the online softmax, P converted into the B SRAM and O^T = V^T P^T "
+                    "(kernels/attention.py). Checked bit for bit against golden/attention.py and by SQNR against "
+                    "float64.")
     at.add_argument("--seq", type=positive, required=True, help="sequence length (queries = keys)")
     at.add_argument("--dim", type=positive, required=True, help="head dimension")
     at.add_argument("--causal", action="store_true", help="mask keys after each query")
-    at.add_argument("--recipe", choices=["int8"], default="int8",
-                    help="operand recipe: int8 per tensor for Q, K, V and int8 P (the only one so far)")
+    at.add_argument("--recipe", type=_attention_recipe, default="int8", metavar="NAME",
+                    help=f"how P and V are quantized: {', '.join(ATTENTION_RECIPES)} (default int8; see below)")
     _add_run_options(at)
+
+
+def _attention_recipe(text: str) -> str:
+    from golden.attention_recipes import ATTENTION_RECIPES
+
+    if text not in ATTENTION_RECIPES:
+        raise argparse.ArgumentTypeError(f"unknown recipe {text!r}; accepted: {', '.join(ATTENTION_RECIPES)}")
+    return text
 
 
 def _dram_need(args, cfg) -> tuple[int, str] | None:
@@ -228,12 +240,19 @@ def cmd(args) -> int:
             raise CannotStart(f"attention does not implement the mitigations of {', '.join(lacking)} (revision "
                               f"{args.rev}) yet; run it on {' or '.join(fine) or 'no revision'}, or with "
                               f"--errata-policy {lacking[0]}=off to see the defect")
+        from golden.attention_recipes import attention_recipe
+
+        fmt = attention_recipe(args.recipe).fmt
+        if fmt != "int8" and fmt not in variant.config.formats:
+            raise CannotStart(f"--recipe {args.recipe} runs an {fmt} MATMUL, and this chip is built without that "
+                              f"format (--formats {','.join(variant.config.formats)})")
         try:
-            plan_attention(variant.config, args.seq, args.dim, args.causal)
+            plan_attention(variant.config, args.seq, args.dim, args.causal, recipe=args.recipe)
         except ValueError as e:
             raise CannotStart(str(e)) from None
-        job, kwargs = kernel_jobs.attention_job, {"seq": args.seq, "dim": args.dim, "causal": args.causal}
-        shape = f"seq {args.seq} dim {args.dim}{' causal' if args.causal else ''}"
+        job, kwargs = kernel_jobs.attention_job, {"seq": args.seq, "dim": args.dim, "causal": args.causal,
+                                                  "recipe": args.recipe}
+        shape = f"seq {args.seq} dim {args.dim}{' causal' if args.causal else ''} recipe {args.recipe}"
     elif args.kernel in ("silu", "gelu"):
         if not variant.config.vector:
             raise CannotStart(f"{args.kernel} needs the vector unit, and this chip is built without it")

@@ -159,10 +159,11 @@ async def activation_job(dev, emit, kind: str, rows: int, cols: int, seed: int, 
 
 
 async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, extremes: bool = False,
-                        errata_policy: dict | None = None, trace: bool = False) -> dict:
+                        errata_policy: dict | None = None, trace: bool = False, recipe: str = "int8") -> dict:
     """Flash attention on seeded N(0, 1) Q, K, V (``extremes``: one key with scores far above the
-    rest, so that P is one-hot), against its kernel golden (bit for bit) and float64 (SQNR)."""
-    from golden.attention import AttentionPlan, attention_reference, attention_rows, quantize_qkv
+    rest, so that P is one-hot) with the attention ``recipe``, against its kernel golden (bit for
+    bit) and float64 (SQNR)."""
+    from golden.attention import AttentionPlan, attention_golden, attention_reference, quantize_attention
     from golden.metrics import sqnr_db
     from kernels.attention import attention
 
@@ -171,10 +172,11 @@ async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, 
     q, k, v = (rng.standard_normal((seq, dim)).astype(np.float32) for _ in range(3))
     if extremes:
         k[seq // 2] = q.mean(axis=0) * 40
-    (got, stats), events = await _traced(dev, trace, lambda: attention(dev, q, k, v, causal=causal, mitigations=mit))
+    (got, stats), events = await _traced(dev, trace, lambda: attention(dev, q, k, v, causal=causal, mitigations=mit,
+                                                                       recipe=recipe))
     cfg = dev.config
     plan = AttentionPlan(seq, dim, cfg.lanes, cfg.rows, stats.plan["bq"], stats.plan["tk"], causal)  # the kernel's
-    want = attention_rows(*quantize_qkv(q, k, v), plan)
+    want = attention_golden(quantize_attention(q, k, v, recipe), plan)
     mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
             "sqnr_db": sqnr_db(attention_reference(q, k, v, causal), got.astype(np.float64))}

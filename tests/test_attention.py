@@ -1,0 +1,190 @@
+"""Flash attention without a simulator: the recipes (names, errors), the kernel golden against an
+independent float64 model of each recipe, the error attribution, the tile order, and the
+kernel's plan and command stream (SRAM fits, semaphores, the loads the tile order saves)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from conftest import SEED
+from golden.attention import (
+    ATTENTION_RECIPES,
+    AttentionPlan,
+    attention_golden,
+    attention_recipe,
+    attention_reference,
+    quantize_attention,
+)
+from golden.metrics import sqnr_db
+from golden.quant import int8_symmetric
+
+REPRO = f"reproduce: FIRSTLIGHT_SEED={SEED} pytest tests/test_attention.py"
+FP8_DTYPES = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+
+
+def _inputs(seed: int, seq: int, dim: int):
+    rng = np.random.default_rng([seed, 94, seq, dim])
+    return tuple(rng.standard_normal((seq, dim)).astype(np.float32) for _ in range(3))
+
+
+def _model(q, k, v, recipe: str, plan: AttentionPlan) -> np.ndarray:
+    """The recipe in float64, written apart from the golden: int8 Q, K (and V) from
+    golden.quant, V's MX codes decoded by ml_dtypes with their E8M0 scales applied here, P
+    rounded by ml_dtypes (from float32, no double rounding), the same tiles and online softmax."""
+    r = attention_recipe(recipe)
+    S, D = q.shape
+    (q8, sq), (k8, sk) = int8_symmetric(q), int8_symmetric(k)
+    s_all = (q8.astype(np.float64) @ k8.T.astype(np.float64)) * (sq * sk / np.sqrt(D))
+    if r.fp8:
+        ops = quantize_attention(q, k, v, recipe)
+        vals = ops.v_codes.view(FP8_DTYPES[r.fmt]).astype(np.float64)
+        v_deq = vals * np.exp2(np.repeat(ops.v_scales.astype(np.float64) - 127, 32, axis=0)[:S])
+    else:
+        v8, sv = int8_symmetric(v)
+        v_deq = v8 * sv
+    out = np.zeros((S, D))
+    for q0 in plan.blocks():
+        qs = slice(q0, min(q0 + plan.bq, S))
+        m = l = o = None
+        for k0 in plan.tiles(q0):
+            keys = np.arange(k0, min(k0 + plan.tk, S))
+            s = s_all[qs][:, keys]
+            if plan.causal:
+                s = np.where(keys[None, :] > np.arange(qs.start, qs.stop)[:, None], -np.inf, s)
+            m_new = s.max(axis=1) if m is None else np.maximum(m, s.max(axis=1))
+            p = np.exp(s - m_new[:, None])
+            if r.fp8:
+                pq = (p * 2.0 ** r.p_exp).astype(np.float32).astype(FP8_DTYPES[r.fmt]).astype(np.float64) \
+                    / 2.0 ** r.p_exp
+            else:
+                pq = np.rint(p * 127) / 127
+            alpha = 1.0 if m is None else np.exp(m - m_new)[:, None]
+            l = p.sum(axis=1) if m is None else l * alpha[:, 0] + p.sum(axis=1)
+            o = pq @ v_deq[keys] if m is None else o * alpha + pq @ v_deq[keys]
+            m = m_new
+        out[qs] = o / l[:, None]
+    return out
+
+
+@pytest.mark.parametrize("recipe", list(ATTENTION_RECIPES))
+@pytest.mark.parametrize("seq,dim,causal,bq,tk", [(13, 8, False, 4, 8), (37, 12, True, 8, 8), (70, 16, False, 8, 32),
+                                                  (45, 8, False, 4, 64)])
+def test_golden_matches_a_float64_model_of_the_recipe(recipe, seq, dim, causal, bq, tk):
+    """The golden's fp32 steps differ from float64 by rounding only, and a P that rounds the
+    other way where fp32 and float64 disagree on a tie: far above the recipe's own error."""
+    q, k, v = _inputs(SEED, seq, dim)
+    plan = AttentionPlan(seq, dim, 4, 4, bq, tk, causal)
+    got = attention_golden(quantize_attention(q, k, v, recipe), plan)
+    model = _model(q, k, v, recipe, plan)
+    ref = attention_reference(q, k, v, causal)
+    assert sqnr_db(model, got) > 60, f"{recipe} {seq}x{dim}: golden vs model {sqnr_db(model, got):.1f} dB; {REPRO}"
+    assert sqnr_db(ref, got) < 45, "the recipe's quantization should be visible against float64"
+
+
+def test_error_attribution_swaps_one_stage_to_exact():
+    q, k, v = _inputs(SEED, 64, 32)
+    plan = AttentionPlan(64, 32, 4, 4, 16, 32, False)
+    ref = attention_reference(q, k, v, False)
+    for recipe in ATTENTION_RECIPES:
+        ops = quantize_attention(q, k, v, recipe)
+        full = sqnr_db(ref, attention_golden(ops, plan))
+        exact = {st: sqnr_db(ref, attention_golden(ops, plan, exact={st})) for st in ("qk", "p", "v")}
+        # taking a stage out never costs much, one of them gains at least 1 dB, and with none
+        # left only fp32 and exp remain
+        assert min(exact.values()) > full - 0.5 and max(exact.values()) > full + 1, (recipe, full, exact, REPRO)
+        assert sqnr_db(ref, attention_golden(ops, plan, exact={"qk", "p", "v"})) > 100
+    with pytest.raises(ValueError, match="accepted: qk, p, v"):
+        attention_golden(quantize_attention(q, k, v), plan, exact={"softmax"})
+
+
+def test_unknown_recipe_lists_the_accepted_ones():
+    q, k, v = _inputs(SEED, 8, 4)
+    with pytest.raises(ValueError, match="unknown attention recipe 'fp16'; accepted: int8, fp8-e4m3, fp8-e5m2"):
+        quantize_attention(q, k, v, "fp16")
+
+
+@pytest.mark.parametrize("seq,bq,tk,causal",
+                         [(70, 8, 16, False), (70, 8, 8, True), (13, 4, 4, True), (64, 32, 32, False)])
+def test_tile_order_starts_each_block_where_the_last_one_ended(seq, bq, tk, causal):
+    plan = AttentionPlan(seq, 8, 4, 4, bq, tk, causal)
+    blocks = plan.blocks()
+    for i, q0 in enumerate(blocks):
+        tiles = plan.tiles(q0)
+        assert sorted(tiles) == [t for t in range(0, plan.seq_k, tk) if not causal or t < min(q0 + bq, seq)]
+        if i and (not causal or i % 2 == 0):
+            assert tiles[0] == plan.tiles(blocks[i - 1])[-1], (i, tiles)
+    q, k, v = _inputs(SEED, seq, 8)
+    assert np.isfinite(attention_golden(quantize_attention(q, k, v), plan)).all()
+
+
+def _stream(cfg, seq, dim, causal, recipe, bq=None, tk=None):
+    """The kernel's command stream for a plan, with made-up DRAM addresses (the ledger inside
+    attention_stream refuses a wait no command signals, and leftover counts)."""
+    from golden.attention import tile_mask
+    from kernels.attention import attention_stream, plan_attention
+
+    plan = plan_attention(cfg, seq, dim, causal, bq, tk, recipe=recipe)
+    masks, distinct = {}, []
+    for bi, q0 in enumerate(plan.blocks()):
+        for ti, k0 in enumerate(plan.tiles(q0)):
+            mw = tile_mask(plan, q0, k0)
+            if mw is not None:
+                key = mw.tobytes()
+                distinct += [key] if key not in distinct else []
+                masks[(bi, ti)] = distinct.index(key)
+    addr = {name: 4096 * (i + 1) for i, name in enumerate(("q", "k", "v", "vs", "ps", "const", "masks", "o"))}
+    return plan, attention_stream(cfg, plan, addr, masks, attention_recipe(recipe).fmt)
+
+
+@pytest.mark.parametrize("recipe", list(ATTENTION_RECIPES))
+def test_stream_loads_a_kv_tile_only_when_the_tile_changes(recipe):
+    """The tile order saves the K and V loads at each block's start: 256 x 64 in 32 x 32 pairs
+    loads 57 K and 57 V tiles (64 pairs, 7 block starts), not 64 of each."""
+    from rtl.config import ChipConfig
+    from rtl.isa import Format, Opcode, decode
+    from rtl.memories import Region
+
+    cfg = ChipConfig()
+    plan, cmds = _stream(cfg, 256, 64, False, recipe, bq=32, tk=32)
+    d = [decode(c) for c in cmds]
+    a_loads = [x for x in d if x["opcode"] == Opcode.DMA_LOAD and x["flags"]["region"] == Region.A]
+    assert len(a_loads) == 2 * (64 - 7), len(a_loads)
+    mms = [x for x in d if x["opcode"] == Opcode.MATMUL]
+    assert len(mms) == 64 * 8 * (8 + 16)  # pairs x query tiles x (S^T: key panels, O^T: dim panels)
+    fp = [x for x in mms if x["flags"]["fmt"] != Format.INT8]
+    if attention_recipe(recipe).fp8:
+        assert len(fp) == 64 * 8 * 16 and max(x["arg3"]["sa"] for x in fp) < cfg.scale_depth
+        assert sum(x["opcode"] == Opcode.DMA_LOAD and x["flags"]["region"] == Region.SA for x in d) == 64 - 7
+        # O (+)= the product from the second tile of a block on: accumulate in the engine
+        assert sum(x["flags"]["accumulate"] for x in fp) == (64 - 8) * 8 * 16
+    else:
+        assert not fp
+
+
+def test_fp8_plans_keep_a_key_tile_within_one_mx_block():
+    from kernels.attention import plan_attention
+    from rtl.config import ChipConfig
+
+    cfg = ChipConfig()
+    for seq, dim, causal in ((256, 64, False), (100, 24, True), (37, 8, False), (300, 128, False)):
+        p = plan_attention(cfg, seq, dim, causal, recipe="fp8-e4m3")
+        assert p.tk % 32 == 0 or 32 % p.tk == 0, (seq, dim, causal, p.tk)
+    with pytest.raises(ValueError, match="tk=12 must divide 32 or be a multiple of it"):
+        plan_attention(cfg, 64, 8, False, bq=4, tk=12, recipe="fp8-e5m2")
+    plan_attention(cfg, 64, 8, False, bq=4, tk=12, recipe="int8")  # the int8 recipe has no blocks
+
+
+def test_cli_recipe_errors(capsys):
+    from firstlight import cli
+
+    assert cli.main(["run", "attention", "--seq", "8", "--dim", "4", "--recipe", "fp16"]) == cli.EXIT_CANNOT_START
+    assert "unknown recipe 'fp16'; accepted: int8, fp8-e4m3, fp8-e5m2" in capsys.readouterr().err
+    argv = ["run", "attention", "--seq", "8", "--dim", "4", "--recipe", "fp8-e5m2", "--rev", "B1", "--formats", "int8"]
+    assert cli.main(argv) == cli.EXIT_CANNOT_START
+    err = capsys.readouterr().err
+    assert "--recipe fp8-e5m2 runs an e5m2 MATMUL, and this chip is built without that format" in err
+    assert cli.main(["run", "attention", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ATTENTION_RECIPES)
