@@ -155,6 +155,20 @@ def test_only_pulls_in_dependencies():
         closure(["memory"])
 
 
+def test_every_fault_kind_has_catchers_and_only_must_reach_one():
+    from firstlight.bringup.plan import CATCHERS, check_faults_seen
+    from rtl.faults import FaultKind, parse_fault
+
+    assert set(CATCHERS) == set(FaultKind) - {FaultKind.NONE}
+    assert all(set(c) <= set(STAGE_NAMES) - {"build"} for c in CATCHERS.values())
+    pe = parse_fault("pe:1,2:product:stuck1:bit=3", SMALL_CHIP)
+    check_faults_seen((pe,), closure(["engine_smoke"]))
+    check_faults_seen((pe,), closure(["performance"]))  # engine_smoke comes in as a dependency
+    with pytest.raises(ValueError, match=r"pe:1,2:product:stuck1:bit=3: a pe_product fault is caught by engine_smoke"):
+        check_faults_seen((pe,), closure(["dma_smoke"]))
+    check_faults_seen((), closure(["build"]))  # nothing injected: any selection
+
+
 def test_dram_test_region_is_whole_pages_inside_the_dram():
     board = BoardConfig(dram_bytes=1 << 16).resolve(ChipConfig())
     assert dram_test_bytes(None, board) == DRAM_TEST_BYTES == 4096

@@ -394,16 +394,40 @@ def test_bringup_and_numerics_hand_their_arguments_on(fake_jobs, monkeypatch):
 
     got = {}
     monkeypatch.setattr(firstlight.bringup.run, "run_bringup", lambda **kw: got.update(bringup=kw) or {"passed": False})
-    assert cli.main(["bringup", "--inject", "sram:ACC:stuck1:addr=5:bit=7", "--sram-depth", "64", "--only", "reset",
+    assert cli.main(["bringup", "--inject", "sram:ACC:stuck1:addr=5:bit=7", "--sram-depth", "64", "--only", "memories",
                      "--watchdog", "500"]) == cli.EXIT_FAIL
     kw = got["bringup"]
     assert kw["variant"].faults == ("sram:ACC:stuck1:addr=5:bit=7",) and kw["variant"].config.acc_depth == 64
-    assert kw["only"] == ["reset"] and kw["watchdog_cycles"] == 500 and kw["sim"] == "verilator"
+    assert kw["only"] == ["memories"] and kw["watchdog_cycles"] == 500 and kw["sim"] == "verilator"
     monkeypatch.setattr(firstlight.numerics, "run_numerics",
                         lambda **kw: got.update(numerics=kw) or {"all_bit_identical": True, "error": None})
     assert cli.main(["numerics", "--k", "64", "--no-erratum"]) == cli.EXIT_OK
     kw = got["numerics"]
     assert kw["recipes"] == list(RECIPES) and kw["ks"] == [64] and kw["revision"] == "B0" and not kw["erratum"]
+
+
+def test_bringup_refuses_a_fault_no_selected_stage_can_see(fake_jobs, monkeypatch, capsys):
+    """Issue 15 item 6: --inject sram:ACC:... --only csr_bus ran build to csr_bus, passed, and
+    said nothing about the fault. It is refused before anything is built, naming the fault, the
+    stage meant to catch it and what to do; a selection that reaches a catcher goes on."""
+    import firstlight.bringup.run
+
+    calls = []
+    monkeypatch.setattr(firstlight.bringup.run, "run_bringup", lambda **kw: calls.append(kw) or {"passed": True})
+    fault = "sram:ACC:stuck1:addr=5:bit=7"
+    assert cli.main(["bringup", "--inject", fault, "--only", "csr_bus", "--sram-depth", "64"]) == cli.EXIT_CANNOT_START
+    err = " ".join(capsys.readouterr().err.split())
+    assert not calls, "refused before anything was built or run"
+    assert fault in err and "caught by memories" in err and "build, reset, identity, csr_bus" in err, err
+    assert "Add memories to --only" in err and "drop --only" in err, err
+    # the catcher itself, or a stage that pulls it in, or a second fault it can see: all go on
+    for only in (["memories"], ["dram"], ["csr_bus", "memories"]):
+        assert cli.main(["bringup", "--inject", fault, "--only", *only, "--sram-depth", "64"]) == cli.EXIT_OK, only
+    assert cli.main(["bringup", "--inject", "csr:SCRATCH:stuck0:bit=1", "--only", "csr_bus"]) == cli.EXIT_OK
+    assert cli.main(["bringup", "--inject", "csr:SCRATCH:stuck0:bit=1", "--inject", "pe:0,0:acc:stuck1:bit=2",
+                     "--only", "csr_bus"]) == cli.EXIT_CANNOT_START
+    assert "pe:0,0:acc:stuck1:bit=2" in capsys.readouterr().err
+    assert len(calls) == 4
 
 
 def test_errata_check_reports_what_the_reproducers_saw(fake_jobs, monkeypatch, tmp_path, capsys):

@@ -72,7 +72,7 @@ def add_parser(subparsers) -> None:
 def cmd(args) -> int:
 
     from cosim.build import Variant
-    from firstlight.bringup.plan import closure
+    from firstlight.bringup.plan import check_faults_seen, closure
     from firstlight.bringup.run import run_bringup
     from rtl.faults import parse_faults
 
@@ -80,9 +80,9 @@ def cmd(args) -> int:
     base = variant_from_args(args)
     cfg = base.config
     try:
-        parse_faults(args.inject, cfg, base.resolved_board)  # a DRAM fault is checked against the board's DRAM
+        faults = parse_faults(args.inject, cfg, base.resolved_board)  # a DRAM fault is checked against the board's DRAM
         if args.only:
-            closure(args.only)
+            check_faults_seen(faults, closure(args.only))  # the stages that will run: --only and their dependencies
     except ValueError as e:
         raise CannotStart(str(e)) from None
     variant = Variant(config=cfg, revision=args.rev, faults=tuple(args.inject), board=base.board)
