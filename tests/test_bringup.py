@@ -209,6 +209,8 @@ def test_dram_region_is_the_stage_option(tmp_path):
         (["bringup", "--inject", "sram:ACC:stuck1:addr=5000:bit=1"], "addr=5000 is out of range"),
         (["bringup", "--inject", "sram:Q:alias:addr_bit=1"], "must be one of A, B, ACC"),
         (["bringup", "--inject", "csr:NOPE:stuck0:bit=1"], "unknown register 'NOPE'"),
+        (["bringup", "--inject", "csr:SCRACH:stuck0:bit=1"], "did you mean SCRATCH?"),
+        (["bringup", "--inject", "csr:stuck0:bit=1"], "registers: ID, REV, CAPS0"),  # the register left out
         (["bringup", "--only", "memory"], "unknown stage 'memory'"),
         (["bringup", "--rev", "Z1"], "unknown revision 'Z1'"),
         (["bringup", "--sram-depth", "100"], "power of two"),

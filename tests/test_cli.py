@@ -242,6 +242,18 @@ def test_bringup_help_names_every_fault_form(capsys):
         assert form in text
 
 
+@pytest.mark.parametrize("argv", [["bringup", "--help"], ["faults", "list", "--sram-depth", "64"]])
+def test_fault_help_names_every_register(argv, capsys):
+    """Issue 15 item 7: csr:<REGISTER> faults, and which registers there are (from the register map)."""
+    import re
+
+    from rtl.csr_map import REGISTERS
+
+    assert cli.main(argv) == cli.EXIT_OK
+    words = set(re.findall(r"[A-Z][A-Z0-9_]+", capsys.readouterr().out))
+    assert {r.name for r in REGISTERS} <= words, {r.name for r in REGISTERS} - words
+
+
 def test_python_dash_m_runs_the_same_cli():
     import subprocess
     import sys

@@ -17,6 +17,8 @@ from .common import (
     add_seed_option,
     add_sim_option,
     console,
+    did_you_mean,
+    fault_registers_help,
     positive,
     require_sim,
     uses_build_cache,
@@ -33,7 +35,28 @@ def _fault_help() -> str:
     out = []
     for form, note in FAULT_FORMS:
         out.append(f"  {form:<{width}}  {note}\n" if len(form) <= width else f"  {form}\n  {'':<{width}}  {note}\n")
-    return "".join(out)
+    return "".join(out) + fault_registers_help() + "\n"
+
+
+def parse_injected(specs: list[str], cfg, board):
+    """The ``--inject`` faults (rtl.faults.parse_faults), or CannotStart saying what is accepted: a
+    ``csr:`` fault whose register is not one is told the registers, with the closest name."""
+    from rtl.csr_map import REG
+    from rtl.faults import parse_faults
+
+    try:
+        return parse_faults(specs, cfg, board)
+    except ValueError as e:
+        msg = str(e)
+        for spec in specs:
+            parts = spec.strip().split(":")
+            if parts[0].lower() == "csr" and spec in msg and (len(parts) < 2 or parts[1].upper() not in REG):
+                if "registers:" not in msg:
+                    msg += f"; registers: {', '.join(REG)}"
+                if "unknown register" in msg:  # a name was given, not a register: the closest one
+                    msg += did_you_mean(parts[1].upper(), REG)
+                break
+        raise CannotStart(msg) from None
 
 
 def add_parser(subparsers) -> None:
@@ -54,7 +77,8 @@ def add_parser(subparsers) -> None:
     add_rev_option(bu, help="revision to build (default A0)")
     add_sim_option(bu)
     bu.add_argument("--inject", action="append", default=[], metavar="FAULT",
-                    help="build with a manufacturing defect no revision has (see below)")
+                    help="build with a manufacturing defect no revision has (the syntax and the register "
+                         "names are below)")
     bu.add_argument("--only", nargs="+", default=None, metavar="STAGE",
                     help="run these stages (and what they depend on); the others are skipped. Stages: "
                          + ", ".join(STAGE_NAMES))
@@ -74,13 +98,12 @@ def cmd(args) -> int:
     from cosim.build import Variant
     from firstlight.bringup.plan import check_faults_seen, closure
     from firstlight.bringup.run import run_bringup
-    from rtl.faults import parse_faults
 
     require_sim(args.sim)
     base = variant_from_args(args)
     cfg = base.config
+    faults = parse_injected(args.inject, cfg, base.resolved_board)  # a DRAM fault is checked against the board's DRAM
     try:
-        faults = parse_faults(args.inject, cfg, base.resolved_board)  # a DRAM fault is checked against the board's DRAM
         if args.only:
             check_faults_seen(faults, closure(args.only))  # the stages that will run: --only and their dependencies
     except ValueError as e:

@@ -45,6 +45,7 @@ __all__ = [
     "check_outputs",
     "console",
     "err_console",
+    "fault_registers_help",
     "fmt_pct",
     "int_at_least",
     "plain",
@@ -275,6 +276,18 @@ def require_sim(name: str):
         return find_simulator(name)
     except SimulatorMissing as e:
         raise CannotStart(str(e)) from None
+
+
+def fault_registers_help(indent: str = "  ", width: int = 96) -> str:
+    """The registers a ``csr:<REGISTER>`` fault may name, from the register map (rtl/csr_map.py),
+    wrapped for a help text."""
+    import textwrap
+
+    from rtl.csr_map import REGISTERS
+
+    return textwrap.fill(f"<REGISTER> (any case): {', '.join(r.name for r in REGISTERS)}", width,
+                         initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False,
+                         break_long_words=False)
 
 
 def fmt_pct(x: float) -> str:
