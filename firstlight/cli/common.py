@@ -30,10 +30,12 @@ from rtl.config import FORMAT_NAMES
 __all__ = [
     "DEFAULT_SIM",
     "FittedTable",
+    "JobFolder",
     "Reporter",
     "add_array_option",
     "add_formats_option",
     "add_json_option",
+    "add_keep_option",
     "add_rev_option",
     "add_seed_option",
     "add_sim_option",
@@ -347,6 +349,50 @@ def check_outputs(args: argparse.Namespace) -> None:
 
         source = "$FIRSTLIGHT_CACHE" if os.environ.get("FIRSTLIGHT_CACHE") else "default; set $FIRSTLIGHT_CACHE to move it"
         check_output_dir(cache_root(), f"the build cache ({source})")
+
+
+# ---- the job folder in the system temp directory --------------------------------------------------
+
+def add_keep_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--keep", action="store_true",
+                   help="keep the simulator job's folder in the system temp directory (job.json, records.jsonl, "
+                        "sim.log) and print its path, even when the run passes (default: removed when the run "
+                        "passes; a failed run always keeps it and prints its path)")
+
+
+class JobFolder:
+    """The folder of one simulator job (``job.json``, ``records.jsonl``, ``sim.log``), made in
+    the system temp directory (``firstlight-<what>-XXXXXXXX``) for a command to pass to
+    ``run_job(work_dir=...)``.
+
+    Leaving the ``with`` block removes it when the caller set ``passed`` (a passing verdict) and
+    nothing was raised, unless ``keep``; otherwise the folder stays and its path is printed: a
+    failed run keeps the simulator's log for whoever reads the failure.
+    """
+
+    def __init__(self, keep: bool, what: str = "run"):
+        try:
+            self.path = Path(tempfile.mkdtemp(prefix=f"firstlight-{what}-")).resolve()
+        except OSError as e:
+            raise CannotStart(f"the system temp directory {tempfile.gettempdir()}: cannot make a job folder in it "
+                              f"({_why(e)}); set $TMPDIR to a writable folder") from None
+        self.keep = keep
+        self.passed = False
+
+    def __enter__(self) -> JobFolder:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        import shutil
+
+        ok = self.passed and exc_type is None
+        if ok and not self.keep:
+            shutil.rmtree(self.path, ignore_errors=True)
+        elif ok:
+            console.print(plain(f"job folder kept (--keep): {self.path}"), soft_wrap=True)
+        else:
+            err_console.print(plain(f"job folder kept (the run did not pass): {self.path}"), soft_wrap=True)
+        return False
 
 
 # ---- tables that never cut a number ---------------------------------------------------------------
