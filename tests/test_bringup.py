@@ -146,6 +146,27 @@ def test_report_keeps_stages_before_a_simulator_crash():
     assert st["performance"]["status"] == "blocked" and not rep["passed"]
 
 
+def test_a_dead_simulator_blocks_the_stages_that_depend_on_its_stage():
+    """docs/bringup.md (issue 15 item 12): the stages after the one the simulator died in are
+    blocked when they depend on it, skipped when they do not (kernels and performance do not
+    depend on errata)."""
+    done = {n: {"status": "passed", "details": "ok", "figures": {}} for n in STAGE_NAMES[:STAGE_NAMES.index("errata")]}
+    for died_in, later in (("errata", {"kernels": "skipped", "performance": "skipped"}),
+                           ("kernels", {"performance": "blocked"}),
+                           ("dram", {n: "blocked" for n in STAGE_NAMES[STAGE_NAMES.index("dram") + 1:]})):
+        rows = {n: r for n, r in done.items() if STAGE_NAMES.index(n) < STAGE_NAMES.index(died_in)}
+        if died_in == "kernels":
+            rows["errata"] = {"status": "passed", "details": "ok", "figures": {}}
+        rows[died_in] = {"status": "error", "details": "the verilator simulator was killed by SIGKILL", "figures": {}}
+        st = _stages(assemble(rows, set(STAGE_NAMES), "the simulator ended early", Variant(), "verilator", 1))
+        assert {n: st[n]["status"] for n in later} == later, died_in
+        for n, status in later.items():
+            if status == "blocked":
+                assert st[n]["details"].startswith("blocked by "), st[n]
+            else:
+                assert st[n]["details"] == "not run: the simulator ended early", st[n]
+
+
 def test_only_pulls_in_dependencies():
     assert closure(["memories"]) == {"build", "reset", "identity", "csr_bus", "memories"}
     assert closure(["dma_smoke"]) == {"build", "reset", "identity", "csr_bus", "memories", "command_path", "dram",

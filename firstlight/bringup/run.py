@@ -9,7 +9,8 @@ Nothing learned is lost:
 
 * the chip is wrong -> the stage is ``failed``;
 * the harness could not tell (a build that failed, a simulator that died, a stage that hit a
-  bug of the harness) -> ``error``, naming the log and the signal; the rest are skipped;
+  bug of the harness) -> ``error``, naming the log and the signal; the stages that depend on
+  it are ``blocked``, the others that had not run ``skipped``;
 * SIGINT or SIGTERM (:class:`firstlight.errors.Interrupted`, or a KeyboardInterrupt) -> the
   simulator is stopped (its log kept), the stage in progress is ``interrupted``;
 
