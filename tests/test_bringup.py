@@ -258,3 +258,73 @@ def test_int8_only_chip_brings_up(tmp_path):
     assert code == cli.EXIT_OK, {n: s["details"] for n, s in st.items() if s["status"] != "passed"}
     assert st["errata"]["figures"]["verdicts"]["FL-NU-001"] == "not applicable"
     assert "bit-exact" in st["engine_smoke"]["details"] and "e4m3" not in st["engine_smoke"]["details"]
+
+
+# ---- the performance stage against the schedule model (issue 15 item 13) ---------------------------
+def _gemm_stats(**over) -> dict:
+    """A GEMM 128^3's stats as the performance stage hands them over (the numbers are those of a
+    good B1 4x4 chip on the default board; each test changes what a slow chip would)."""
+    st = {"plan": {"m": 128, "n": 128, "k": 128, "tm": 32, "tn": 32, "ga": 16, "gb": 16, "kc": 32, "nbuf": 2},
+          "cycles": 164_345, "engine_busy_cycles": 131_408, "dram_bytes": 124_928, "dram_busy_cycles": 125_633,
+          "compulsory_bytes": 98_304, "wait_cycles": {"stream": 24_380}}
+    return {**st, **over}
+
+
+def test_performance_verdict_names_the_term_that_grew():
+    import math
+
+    from firstlight.bringup.performance import TOLERANCE, compare
+    from kernels.gemm import GemmPlan
+
+    cfg = ChipConfig(formats=("int8",), vector=False)
+    board = BoardConfig().resolve(cfg)  # 1 B/cycle, latency 32
+    plan = GemmPlan(**_gemm_stats()["plan"])
+    predicted = math.ceil(max(plan.predicted_cycles(cfg), plan.dma_cycles(cfg, 1.0, 32)))  # the planner's own model
+    good = compare(_gemm_stats(), cfg, board)
+    assert good.passed and good.predicted == predicted and good.grew == ()
+    assert "the schedule model predicts" in good.sentence() and "grew" not in good.sentence()
+    edge = math.floor(TOLERANCE * predicted)
+    assert compare(_gemm_stats(cycles=edge), cfg, board).passed
+    assert not compare(_gemm_stats(cycles=edge + 1), cfg, board).passed
+    cases = {
+        # the DRAM delivers half the bandwidth the board publishes
+        "DRAM bandwidth": _gemm_stats(cycles=252_622, dram_busy_cycles=250_194),
+        # the engine takes half as long again for its MATMULs
+        "MAC time": _gemm_stats(cycles=240_000, engine_busy_cycles=200_000),
+        # twice the plan's bytes cross the memory port (at the published bandwidth)
+        "DRAM bytes": _gemm_stats(cycles=260_000, dram_bytes=250_000, dram_busy_cycles=251_000),
+        # both units as busy as on the good chip, but they no longer overlap
+        "overlap": _gemm_stats(cycles=240_000, wait_cycles={"stream": 90_000}),
+    }
+    for term, st in cases.items():
+        v = compare(st, cfg, board)
+        assert not v.passed and v.ratio > TOLERANCE, term
+        assert [t.name for t in v.grew] == [term], (term, v.sentence())
+        assert f"what grew: {term}: " in v.sentence(), v.sentence()
+    assert "0.50 B/cycle where the board publishes 1" in compare(cases["DRAM bandwidth"], cfg, board).sentence()
+    assert "waited 90,000 cycles on semaphores" in compare(cases["overlap"], cfg, board).sentence()
+
+
+@pytest.mark.sim
+def test_performance_stage_fails_a_board_slower_than_the_model_is_told(tmp_path):
+    """A real slow case: the chip sits on a board whose DRAM delivers 0.5 B/cycle while the
+    bring-up is told (and its schedule model computes with) the default board's 1 B/cycle. With
+    no threshold the stage passed it; now it fails and names the DRAM bandwidth. Only the
+    performance stage runs: the identity stage would see the board's DRAM1 register disagree."""
+    from dataclasses import replace
+
+    from cosim.build import build_simulator
+    from cosim.jobs import run_job
+    from firstlight.bringup.stages import bringup_job
+
+    require_sim("verilator")
+    slow = Variant(config=SMALL_CHIP, revision="B1", board=BoardConfig(bandwidth=0.5))
+    build = build_simulator(slow, sim="verilator")
+    res = run_job(bringup_job, {"selected": ["performance"], "seed": SEED, "faults": [], "built_revision": "B1"},
+                  variant=replace(slow, board=BoardConfig()), sim="verilator", work_dir=tmp_path, discover=False,
+                  build=build)
+    perf = {r["name"]: r for r in res.records if r.get("type") == "stage"}["performance"]
+    assert perf["status"] == "failed", perf["details"]
+    assert perf["figures"]["model_ratio"] > perf["figures"]["model_tolerance"], perf["figures"]
+    assert "GEMM 128^3 too slow" in perf["details"] and "what grew: DRAM bandwidth" in perf["details"], perf["details"]
+    assert "B/cycle where the board publishes 1" in perf["details"], perf["details"]

@@ -242,6 +242,7 @@ def assemble(rows: dict, selected: set[str], sim_error, variant, sim: str, seed:
         "seed": seed,
         "injected": list(variant.faults),
         "config": variant.config.as_dict(),
+        "board": variant.resolved_board.as_dict(),
         "passed": passed,
         "outcome": outcome,
         "exit_code": code,

@@ -11,6 +11,7 @@ from rtl.faults import FAULT_FORMS
 
 from .common import (
     add_array_option,
+    add_dram_options,
     add_formats_option,
     add_rev_option,
     add_sram_depth_option,
@@ -91,6 +92,9 @@ def add_parser(subparsers) -> None:
                     "fails with a STATUS/ERR dump")
     add_formats_option(bu)
     add_sram_depth_option(bu)
+    # the board's bandwidth only: the schedule model the performance stage holds the chip to does not
+    # charge DRAM latency to double-buffered plans (docs/bringup.md, "The performance stage")
+    add_dram_options(bu, bandwidth_only=True)
 
 
 def cmd(args) -> int:

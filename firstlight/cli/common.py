@@ -252,14 +252,17 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a size in bytes such as 1048576, 1M or 256K, not {text!r}") from None
 
 
-def add_dram_options(p: argparse.ArgumentParser) -> None:
-    """``--dram-bw``, ``--dram-latency``, ``--dram-size``: the board's DRAM (board_from_args)."""
+def add_dram_options(p: argparse.ArgumentParser, *, bandwidth_only: bool = False) -> None:
+    """``--dram-bw``, ``--dram-latency``, ``--dram-size``: the board's DRAM (board_from_args);
+    ``bandwidth_only``: ``--dram-bw`` alone."""
     from rtl.board import RIDGE_MACS_PER_BYTE
 
     p.add_argument("--dram-bw", type=_bytes_per_cycle, default=None, metavar="BYTES_PER_CYCLE",
                    help="sustained DRAM bandwidth, reads and writes together (default: peak MACs per cycle / "
                         f"{RIDGE_MACS_PER_BYTE}, a ridge point of {RIDGE_MACS_PER_BYTE} MACs per byte: 1 B/cycle "
                         "on 4x4); at most one bus beat per cycle")
+    if bandwidth_only:
+        return
     p.add_argument("--dram-latency", type=positive, default=None, metavar="CYCLES",
                    help="cycles from a read address to its first data beat (default: 32)")
     p.add_argument("--dram-size", type=_size, default=None, metavar="BYTES",
