@@ -123,6 +123,33 @@ def test_watchdog_expiry_is_a_failed_stage_with_a_dump(tmp_path):
 
 
 @pytest.mark.sim
+def test_bringup_without_report_leaves_its_folder_only_when_it_failed_or_keep(tmp_path, monkeypatch, capsys):
+    """Issue 15: a bring-up without --report left a firstlight-bringup-XXXXXXXX folder in the
+    temp directory every time. It goes when every selected stage passed, unless --keep; a failed
+    run keeps it and prints its path."""
+    import shutil
+    import tempfile
+
+    require_sim("icarus")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    argv = ["bringup", "--sim", "icarus", "--sram-depth", "64", "--only", "reset", "--seed", str(SEED)]
+
+    def kept() -> None:
+        (folder,) = tmp.iterdir()
+        assert (folder / "sim.log").is_file() and str(folder) in " ".join(capsys.readouterr().out.split())
+        shutil.rmtree(folder)
+
+    assert cli.main([*argv, "--inject", "pin:idle:stuck0"]) == cli.EXIT_FAIL  # the reset stage sees the pin
+    kept()
+    assert cli.main(argv) == cli.EXIT_OK
+    assert list(tmp.iterdir()) == []
+    assert cli.main([*argv, "--keep"]) == cli.EXIT_OK
+    kept()
+
+
+@pytest.mark.sim
 def test_reset_x_check_on_a_four_state_simulator(tmp_path):
     require_sim("icarus")
     code, rep = _bringup(tmp_path, "--sim", "icarus", "--sram-depth", "64", "--only", "reset")

@@ -13,6 +13,7 @@ from .common import (
     add_array_option,
     add_dram_options,
     add_formats_option,
+    add_keep_option,
     add_rev_option,
     add_sram_depth_option,
     add_seed_option,
@@ -86,6 +87,9 @@ def add_parser(subparsers) -> None:
     add_seed_option(bu)
     bu.add_argument("--report", type=Path, default=None, metavar="DIR",
                     help="write report.json, junit.xml and report.md here (and the simulator's log in DIR/sim)")
+    add_keep_option(bu, help="without --report: keep the simulator's folder in the system temp directory (sim.log, "
+                             "records.jsonl) and print its path even when every stage passes (default: removed "
+                             "then; kept and printed otherwise); with --report it is DIR/sim, always kept")
     add_array_option(bu)
     bu.add_argument("--watchdog", type=positive, default=1_000_000, metavar="CYCLES",
                     help="cycle budget of every wait for the chip (default 1000000); on expiry the stage "
@@ -114,5 +118,6 @@ def cmd(args) -> int:
         raise CannotStart(str(e)) from None
     variant = Variant(config=cfg, revision=args.rev, faults=tuple(args.inject), board=base.board)
     report = run_bringup(variant=variant, sim=args.sim, seed=args.seed, only=args.only, report_dir=args.report,
-                         console=console, watchdog_cycles=args.watchdog, command=getattr(args, "command_line", None))
+                         console=console, watchdog_cycles=args.watchdog, command=getattr(args, "command_line", None),
+                         keep=args.keep)
     return report.get("exit_code", EXIT_OK if report["passed"] else EXIT_FAIL)

@@ -356,11 +356,11 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 # ---- the job folder in the system temp directory --------------------------------------------------
 
-def add_keep_option(p: argparse.ArgumentParser) -> None:
+def add_keep_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
     p.add_argument("--keep", action="store_true",
-                   help="keep the simulator job's folder in the system temp directory (job.json, records.jsonl, "
-                        "sim.log) and print its path, even when the run passes (default: removed when the run "
-                        "passes; a failed run always keeps it and prints its path)")
+                   help=help or "keep the simulator job's folder in the system temp directory (job.json, "
+                        "records.jsonl, sim.log) and print its path, even when the run passes (default: removed "
+                        "when the run passes; a failed run always keeps it and prints its path)")
 
 
 class JobFolder:
