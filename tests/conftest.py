@@ -27,6 +27,16 @@ def require_sim(name: str) -> None:
         pytest.skip(f"{name} not installed: {e}")
 
 
+@pytest.fixture(autouse=True)
+def _system_temp_under_pytest(tmp_path_factory, monkeypatch):
+    """The system temp directory, for the code under test, is a folder under pytest's own: the
+    runs that fail on purpose keep their job folders (issue 15), and they must not pile up in
+    /tmp. A test that looks at that folder sets ``tempfile.tempdir`` itself."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("systemp")))
+
+
 @pytest.fixture(params=SIMULATORS)
 def sim(request) -> str:
     require_sim(request.param)

@@ -123,6 +123,33 @@ def test_watchdog_expiry_is_a_failed_stage_with_a_dump(tmp_path):
 
 
 @pytest.mark.sim
+def test_bringup_without_report_leaves_its_folder_only_when_it_failed_or_keep(tmp_path, monkeypatch, capsys):
+    """Issue 15: a bring-up without --report left a firstlight-bringup-XXXXXXXX folder in the
+    temp directory every time. It goes when every selected stage passed, unless --keep; a failed
+    run keeps it and prints its path."""
+    import shutil
+    import tempfile
+
+    require_sim("icarus")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    argv = ["bringup", "--sim", "icarus", "--sram-depth", "64", "--only", "reset", "--seed", str(SEED)]
+
+    def kept() -> None:
+        (folder,) = tmp.iterdir()
+        assert (folder / "sim.log").is_file() and str(folder) in " ".join(capsys.readouterr().out.split())
+        shutil.rmtree(folder)
+
+    assert cli.main([*argv, "--inject", "pin:idle:stuck0"]) == cli.EXIT_FAIL  # the reset stage sees the pin
+    kept()
+    assert cli.main(argv) == cli.EXIT_OK
+    assert list(tmp.iterdir()) == []
+    assert cli.main([*argv, "--keep"]) == cli.EXIT_OK
+    kept()
+
+
+@pytest.mark.sim
 def test_reset_x_check_on_a_four_state_simulator(tmp_path):
     require_sim("icarus")
     code, rep = _bringup(tmp_path, "--sim", "icarus", "--sram-depth", "64", "--only", "reset")
@@ -146,6 +173,27 @@ def test_report_keeps_stages_before_a_simulator_crash():
     assert st["performance"]["status"] == "blocked" and not rep["passed"]
 
 
+def test_a_dead_simulator_blocks_the_stages_that_depend_on_its_stage():
+    """docs/bringup.md (issue 15 item 12): the stages after the one the simulator died in are
+    blocked when they depend on it, skipped when they do not (kernels and performance do not
+    depend on errata)."""
+    done = {n: {"status": "passed", "details": "ok", "figures": {}} for n in STAGE_NAMES[:STAGE_NAMES.index("errata")]}
+    for died_in, later in (("errata", {"kernels": "skipped", "performance": "skipped"}),
+                           ("kernels", {"performance": "blocked"}),
+                           ("dram", {n: "blocked" for n in STAGE_NAMES[STAGE_NAMES.index("dram") + 1:]})):
+        rows = {n: r for n, r in done.items() if STAGE_NAMES.index(n) < STAGE_NAMES.index(died_in)}
+        if died_in == "kernels":
+            rows["errata"] = {"status": "passed", "details": "ok", "figures": {}}
+        rows[died_in] = {"status": "error", "details": "the verilator simulator was killed by SIGKILL", "figures": {}}
+        st = _stages(assemble(rows, set(STAGE_NAMES), "the simulator ended early", Variant(), "verilator", 1))
+        assert {n: st[n]["status"] for n in later} == later, died_in
+        for n, status in later.items():
+            if status == "blocked":
+                assert st[n]["details"].startswith("blocked by "), st[n]
+            else:
+                assert st[n]["details"] == "not run: the simulator ended early", st[n]
+
+
 def test_only_pulls_in_dependencies():
     assert closure(["memories"]) == {"build", "reset", "identity", "csr_bus", "memories"}
     assert closure(["dma_smoke"]) == {"build", "reset", "identity", "csr_bus", "memories", "command_path", "dram",
@@ -153,6 +201,20 @@ def test_only_pulls_in_dependencies():
     assert {"dram", "dma_smoke"} <= closure(["engine_smoke"])  # the kernels move their data by DMA
     with pytest.raises(ValueError, match="unknown stage 'memory'"):
         closure(["memory"])
+
+
+def test_every_fault_kind_has_catchers_and_only_must_reach_one():
+    from firstlight.bringup.plan import CATCHERS, check_faults_seen
+    from rtl.faults import FaultKind, parse_fault
+
+    assert set(CATCHERS) == set(FaultKind) - {FaultKind.NONE}
+    assert all(set(c) <= set(STAGE_NAMES) - {"build"} for c in CATCHERS.values())
+    pe = parse_fault("pe:1,2:product:stuck1:bit=3", SMALL_CHIP)
+    check_faults_seen((pe,), closure(["engine_smoke"]))
+    check_faults_seen((pe,), closure(["performance"]))  # engine_smoke comes in as a dependency
+    with pytest.raises(ValueError, match=r"pe:1,2:product:stuck1:bit=3: a pe_product fault is caught by engine_smoke"):
+        check_faults_seen((pe,), closure(["dma_smoke"]))
+    check_faults_seen((), closure(["build"]))  # nothing injected: any selection
 
 
 def test_dram_test_region_is_whole_pages_inside_the_dram():
@@ -195,6 +257,8 @@ def test_dram_region_is_the_stage_option(tmp_path):
         (["bringup", "--inject", "sram:ACC:stuck1:addr=5000:bit=1"], "addr=5000 is out of range"),
         (["bringup", "--inject", "sram:Q:alias:addr_bit=1"], "must be one of A, B, ACC"),
         (["bringup", "--inject", "csr:NOPE:stuck0:bit=1"], "unknown register 'NOPE'"),
+        (["bringup", "--inject", "csr:SCRACH:stuck0:bit=1"], "did you mean SCRATCH?"),
+        (["bringup", "--inject", "csr:stuck0:bit=1"], "registers: ID, REV, CAPS0"),  # the register left out
         (["bringup", "--only", "memory"], "unknown stage 'memory'"),
         (["bringup", "--rev", "Z1"], "unknown revision 'Z1'"),
         (["bringup", "--sram-depth", "100"], "power of two"),
@@ -221,3 +285,76 @@ def test_int8_only_chip_brings_up(tmp_path):
     assert code == cli.EXIT_OK, {n: s["details"] for n, s in st.items() if s["status"] != "passed"}
     assert st["errata"]["figures"]["verdicts"]["FL-NU-001"] == "not applicable"
     assert "bit-exact" in st["engine_smoke"]["details"] and "e4m3" not in st["engine_smoke"]["details"]
+
+
+# ---- the performance stage against the schedule model (issue 15 item 13) ---------------------------
+def _gemm_stats(**over) -> dict:
+    """A GEMM 128^3's stats as the performance stage hands them over (the numbers are those of a
+    good B1 4x4 chip on the default board; each test changes what a slow chip would)."""
+    st = {"plan": {"m": 128, "n": 128, "k": 128, "tm": 32, "tn": 32, "ga": 16, "gb": 16, "kc": 32, "nbuf": 2},
+          "cycles": 164_345, "engine_busy_cycles": 131_408, "dram_bytes": 124_928, "dram_busy_cycles": 125_633,
+          "compulsory_bytes": 98_304, "wait_cycles": {"stream": 24_380}}
+    return {**st, **over}
+
+
+def test_performance_verdict_names_the_term_that_grew():
+    import math
+
+    from firstlight.bringup.performance import TOLERANCE, compare
+    from kernels.gemm import GemmPlan
+
+    cfg = ChipConfig(formats=("int8",), vector=False)
+    board = BoardConfig().resolve(cfg)  # 1 B/cycle, latency 32
+    plan = GemmPlan(**_gemm_stats()["plan"])
+    predicted = math.ceil(max(plan.predicted_cycles(cfg), plan.dma_cycles(cfg, 1.0, 32)))  # the planner's own model
+    good = compare(_gemm_stats(), cfg, board)
+    assert good.passed and good.predicted == predicted and good.grew == ()
+    assert "the schedule model predicts" in good.sentence() and "grew" not in good.sentence()
+    from firstlight.bringup.report import _key_figure
+
+    assert _key_figure({"figures": good.figures()}) == f"{164_345 / predicted:.2f}x the schedule model (fails past {TOLERANCE:.2f}x)"
+    edge = math.floor(TOLERANCE * predicted)
+    assert compare(_gemm_stats(cycles=edge), cfg, board).passed
+    assert not compare(_gemm_stats(cycles=edge + 1), cfg, board).passed
+    cases = {
+        # the DRAM delivers half the bandwidth the board publishes
+        "DRAM bandwidth": _gemm_stats(cycles=252_622, dram_busy_cycles=250_194),
+        # the engine takes half as long again for its MATMULs
+        "MAC time": _gemm_stats(cycles=240_000, engine_busy_cycles=200_000),
+        # twice the plan's bytes cross the memory port (at the published bandwidth)
+        "DRAM bytes": _gemm_stats(cycles=260_000, dram_bytes=250_000, dram_busy_cycles=251_000),
+        # both units as busy as on the good chip, but they no longer overlap
+        "overlap": _gemm_stats(cycles=240_000, wait_cycles={"stream": 90_000}),
+    }
+    for term, st in cases.items():
+        v = compare(st, cfg, board)
+        assert not v.passed and v.ratio > TOLERANCE, term
+        assert [t.name for t in v.grew] == [term], (term, v.sentence())
+        assert f"what grew: {term}: " in v.sentence(), v.sentence()
+    assert "0.50 B/cycle where the board publishes 1" in compare(cases["DRAM bandwidth"], cfg, board).sentence()
+    assert "waited 90,000 cycles on semaphores" in compare(cases["overlap"], cfg, board).sentence()
+
+
+@pytest.mark.sim
+def test_performance_stage_fails_a_board_slower_than_the_model_is_told(tmp_path):
+    """A real slow case: the chip sits on a board whose DRAM delivers 0.5 B/cycle while the
+    bring-up is told (and its schedule model computes with) the default board's 1 B/cycle. With
+    no threshold the stage passed it; now it fails and names the DRAM bandwidth. Only the
+    performance stage runs: the identity stage would see the board's DRAM1 register disagree."""
+    from dataclasses import replace
+
+    from cosim.build import build_simulator
+    from cosim.jobs import run_job
+    from firstlight.bringup.stages import bringup_job
+
+    require_sim("verilator")
+    slow = Variant(config=SMALL_CHIP, revision="B1", board=BoardConfig(bandwidth=0.5))
+    build = build_simulator(slow, sim="verilator")
+    res = run_job(bringup_job, {"selected": ["performance"], "seed": SEED, "faults": [], "built_revision": "B1"},
+                  variant=replace(slow, board=BoardConfig()), sim="verilator", work_dir=tmp_path, discover=False,
+                  build=build)
+    perf = {r["name"]: r for r in res.records if r.get("type") == "stage"}["performance"]
+    assert perf["status"] == "failed", perf["details"]
+    assert perf["figures"]["model_ratio"] > perf["figures"]["model_tolerance"], perf["figures"]
+    assert "GEMM 128^3 too slow" in perf["details"] and "what grew: DRAM bandwidth" in perf["details"], perf["details"]
+    assert "B/cycle where the board publishes 1" in perf["details"], perf["details"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -136,6 +137,35 @@ def test_run_with_mitigation_off_warns_and_fails(tmp_path, capsys):
 
 
 @pytest.mark.sim
+def test_run_leaves_its_job_folder_only_when_it_failed_or_keep(tmp_path, monkeypatch, capsys):
+    """Issue 15, done when: a passing run leaves nothing in the temp directory, a failing one
+    (a wrong result, not only a job that raised) keeps its folder and prints its path, and
+    --keep keeps it always."""
+    import tempfile
+
+    require_sim("verilator")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    run = ["run", "reduce", "--rows", "2", "--cols", "12", "--op", "sum", "--rev", "A0", "--formats", "int8",
+           "--no-vector"]
+
+    def kept(stream: str) -> None:
+        folders = list(tmp.iterdir())
+        assert len(folders) == 1 and (folders[0] / "sim.log").is_file(), folders
+        assert str(folders[0]) in " ".join(getattr(capsys.readouterr(), stream).split()), "the path is printed"
+        shutil.rmtree(folders[0])
+
+    assert cli.main(run) == cli.EXIT_OK
+    assert list(tmp.iterdir()) == []
+    # an odd-count SUM on A0 without its mitigation is wrong: the job ran to the end, the run failed
+    assert cli.main([*run, "--errata-policy", "FL-RU-002=off"]) == cli.EXIT_FAIL
+    kept("err")
+    assert cli.main([*run, "--keep"]) == cli.EXIT_OK
+    kept("out")
+
+
+@pytest.mark.sim
 def test_errata_check_exit_code_follows_the_registry(monkeypatch, capsys):
     import dataclasses
 
@@ -245,6 +275,18 @@ def test_bringup_help_names_every_fault_form(capsys):
     text = capsys.readouterr().out
     for form in FAULT_SYNTAX.split(", "):
         assert form in text
+
+
+@pytest.mark.parametrize("argv", [["bringup", "--help"], ["faults", "list", "--sram-depth", "64"]])
+def test_fault_help_names_every_register(argv, capsys):
+    """Issue 15 item 7: csr:<REGISTER> faults, and which registers there are (from the register map)."""
+    import re
+
+    from rtl.csr_map import REGISTERS
+
+    assert cli.main(argv) == cli.EXIT_OK
+    words = set(re.findall(r"[A-Z][A-Z0-9_]+", capsys.readouterr().out))
+    assert {r.name for r in REGISTERS} <= words, {r.name for r in REGISTERS} - words
 
 
 def test_python_dash_m_runs_the_same_cli():
@@ -392,6 +434,29 @@ def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2"]) == cli.EXIT_CANNOT_START
 
 
+def test_bench_keep_keeps_each_job_folder(fake_jobs, monkeypatch, tmp_path, capsys):
+    """Each bench job's folder goes when its results passed, unless --keep."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from cosim import build
+    from firstlight.cli import bench
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(build, "build_simulator", lambda variant, sim: SimpleNamespace(first_build_s=2.0, build_s=0.01))
+    monkeypatch.setattr(bench, "available_simulators", lambda: {"verilator": object()})
+    argv = ["bench", "--sims", "verilator", "--shapes", "2x2x2", "--rev", "B1", "--attention", "--rows", "8x8"]
+    assert cli.main(argv) == cli.EXIT_OK and list(tmp.iterdir()) == []
+    assert cli.main([*argv, "--keep"]) == cli.EXIT_OK
+    folders = sorted(tmp.iterdir())
+    out = " ".join(capsys.readouterr().out.split())
+    assert [p.name[:len("firstlight-bench-")] for p in folders] == ["firstlight-bench-"] * 2  # GEMMs and the rows
+    assert all(f"job folder kept (--keep): {p}" in out for p in folders), out
+    assert {kw["work_dir"] for _, _, kw in fake_jobs[-2:]} == set(folders), "each job ran in its kept folder"
+
+
 def test_bringup_and_numerics_hand_their_arguments_on(fake_jobs, monkeypatch):
     import firstlight.bringup.run
     import firstlight.numerics
@@ -399,11 +464,11 @@ def test_bringup_and_numerics_hand_their_arguments_on(fake_jobs, monkeypatch):
 
     got = {}
     monkeypatch.setattr(firstlight.bringup.run, "run_bringup", lambda **kw: got.update(bringup=kw) or {"passed": False})
-    assert cli.main(["bringup", "--inject", "sram:ACC:stuck1:addr=5:bit=7", "--sram-depth", "64", "--only", "reset",
+    assert cli.main(["bringup", "--inject", "sram:ACC:stuck1:addr=5:bit=7", "--sram-depth", "64", "--only", "memories",
                      "--watchdog", "500"]) == cli.EXIT_FAIL
     kw = got["bringup"]
     assert kw["variant"].faults == ("sram:ACC:stuck1:addr=5:bit=7",) and kw["variant"].config.acc_depth == 64
-    assert kw["only"] == ["reset"] and kw["watchdog_cycles"] == 500 and kw["sim"] == "verilator"
+    assert kw["only"] == ["memories"] and kw["watchdog_cycles"] == 500 and kw["sim"] == "verilator"
     monkeypatch.setattr(firstlight.numerics, "run_numerics",
                         lambda **kw: got.update(numerics=kw) or {"all_bit_identical": True, "error": None})
     assert cli.main(["numerics", "--k", "64", "--no-erratum"]) == cli.EXIT_OK
@@ -411,22 +476,54 @@ def test_bringup_and_numerics_hand_their_arguments_on(fake_jobs, monkeypatch):
     assert kw["recipes"] == list(RECIPES) and kw["ks"] == [64] and kw["revision"] == "B0" and not kw["erratum"]
 
 
+def test_bringup_refuses_a_fault_no_selected_stage_can_see(fake_jobs, monkeypatch, capsys):
+    """Issue 15 item 6: --inject sram:ACC:... --only csr_bus ran build to csr_bus, passed, and
+    said nothing about the fault. It is refused before anything is built, naming the fault, the
+    stage meant to catch it and what to do; a selection that reaches a catcher goes on."""
+    import firstlight.bringup.run
+
+    calls = []
+    monkeypatch.setattr(firstlight.bringup.run, "run_bringup", lambda **kw: calls.append(kw) or {"passed": True})
+    fault = "sram:ACC:stuck1:addr=5:bit=7"
+    assert cli.main(["bringup", "--inject", fault, "--only", "csr_bus", "--sram-depth", "64"]) == cli.EXIT_CANNOT_START
+    err = " ".join(capsys.readouterr().err.split())
+    assert not calls, "refused before anything was built or run"
+    assert fault in err and "caught by memories" in err and "build, reset, identity, csr_bus" in err, err
+    assert "Add memories to --only" in err and "drop --only" in err, err
+    # the catcher itself, or a stage that pulls it in, or a second fault it can see: all go on
+    for only in (["memories"], ["dram"], ["csr_bus", "memories"]):
+        assert cli.main(["bringup", "--inject", fault, "--only", *only, "--sram-depth", "64"]) == cli.EXIT_OK, only
+    assert cli.main(["bringup", "--inject", "csr:SCRATCH:stuck0:bit=1", "--only", "csr_bus"]) == cli.EXIT_OK
+    assert cli.main(["bringup", "--inject", "csr:SCRATCH:stuck0:bit=1", "--inject", "pe:0,0:acc:stuck1:bit=2",
+                     "--only", "csr_bus"]) == cli.EXIT_CANNOT_START
+    assert "pe:0,0:acc:stuck1:bit=2" in capsys.readouterr().err
+    assert len(calls) == 4
+
+
 def test_errata_check_reports_what_the_reproducers_saw(fake_jobs, monkeypatch, tmp_path, capsys):
     import firstlight.jobs.errata as errata_jobs
     from workarounds import ERRATA
 
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     observed = {e.id: {"fired": "A1" in e.affected, "detail": "seen"} for e in ERRATA}
-    monkeypatch.setattr(errata_jobs, "check_revision", lambda rev, sim: (observed, None))
+    monkeypatch.setattr(errata_jobs, "check_revision", lambda rev, sim, work_dir=None: (observed, None))
     out = tmp_path / "c.json"
     assert cli.main(["errata", "check", "--rev", "A1", "--json", str(out)]) == cli.EXIT_OK
     rows = json.loads(out.read_text())["rows"]
     assert all(isinstance(r["unit"], str) for r in rows) and {r["verdict"] for r in rows} <= {"ok", "not applicable"}
+    assert list(tmp.iterdir()) == [], "a check that passed leaves no job folder"
     first = ERRATA[0].id
     partial = {k: v for k, v in observed.items() if k != first}
-    monkeypatch.setattr(errata_jobs, "check_revision", lambda rev, sim: (partial, "the simulator crashed"))
+    monkeypatch.setattr(errata_jobs, "check_revision", lambda rev, sim, work_dir=None: (partial, "the simulator crashed"))
     assert cli.main(["errata", "check", "--rev", "A1"]) == cli.EXIT_FAIL
     err = capsys.readouterr().err
     assert "the check did not finish: the simulator crashed" in err and first in err
+    (kept,) = tmp.iterdir()
+    assert f"job folder kept (the run did not pass): {kept}" in " ".join(err.split())
 
 
 def test_errata_measure_writes_costs_and_page(fake_jobs, monkeypatch, tmp_path, capsys):

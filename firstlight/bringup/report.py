@@ -24,9 +24,11 @@ SUMMARY_CHARS = 300
 
 def _key_figure(stage: dict) -> str:
     f = stage.get("figures") or {}
-    for k in ("utilization", "cells", "registers_checked", "patterns", "mitigations", "detected", "cache_hit"):
+    for k in ("model_ratio", "utilization", "cells", "registers_checked", "patterns", "mitigations", "detected", "cache_hit"):
         if k in f:
             v = f[k]
+            if k == "model_ratio":
+                return f"{v:.2f}x the schedule model (fails past {f['model_tolerance']:.2f}x)"
             if k == "utilization":
                 return f"{100 * v:.1f}% of roofline"
             if isinstance(v, list):

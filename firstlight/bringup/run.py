@@ -9,7 +9,8 @@ Nothing learned is lost:
 
 * the chip is wrong -> the stage is ``failed``;
 * the harness could not tell (a build that failed, a simulator that died, a stage that hit a
-  bug of the harness) -> ``error``, naming the log and the signal; the rest are skipped;
+  bug of the harness) -> ``error``, naming the log and the signal; the stages that depend on
+  it are ``blocked``, the others that had not run ``skipped``;
 * SIGINT or SIGTERM (:class:`firstlight.errors.Interrupted`, or a KeyboardInterrupt) -> the
   simulator is stopped (its log kept), the stage in progress is ``interrupted``;
 
@@ -18,6 +19,7 @@ and in every case the reports are written with the stages that finished.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -110,9 +112,13 @@ def _build_stage(variant, sim: str) -> tuple[dict, object]:
 
 def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_dir: Path | None,
                 console: Console, work_dir: Path | None = None, watchdog_cycles: int = 1_000_000,
-                command: str | None = None) -> dict:
+                command: str | None = None, keep: bool = False) -> dict:
     """Run the checklist; return the report (``exit_code`` in it). Never raises for a stage, a
-    dead simulator or an interruption: those are in the report, which is always written."""
+    dead simulator or an interruption: those are in the report, which is always written.
+
+    The simulator's folder is ``work_dir``, else ``report_dir/sim``, else a folder of its own in
+    the system temp directory, removed when every selected stage passed unless ``keep`` (kept,
+    and its path printed, otherwise)."""
     from cosim.build import stop_children
     from cosim.jobs import JobFailed, SimulatorDied, run_job
 
@@ -122,6 +128,7 @@ def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_
     title = f"firstlight bringup: revision {variant.revision}, {sim}, seed {seed}" + (
         f", injected {', '.join(variant.faults)}" if variant.faults else "")
     report_dir = Path(report_dir) if report_dir else None
+    own = work_dir is None and report_dir is None
     if work_dir is None:  # the simulator's folder (its log, the records): kept, next to the report
         work_dir = report_dir / "sim" if report_dir else Path(tempfile.mkdtemp(prefix="firstlight-bringup-"))
     work_dir = Path(work_dir).resolve()
@@ -194,6 +201,10 @@ def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_
         if interrupted:
             console.print(Text(f"interrupted by {interrupted.name}: the simulator was stopped; the stages that "
                                "finished are reported", style="bold yellow"))
+        if own and report["passed"] and not keep:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        elif own:
+            console.print(Text(f"the simulator's folder (sim.log, records.jsonl) is kept: {work_dir}"), soft_wrap=True)
     return report
 
 
@@ -241,6 +252,7 @@ def assemble(rows: dict, selected: set[str], sim_error, variant, sim: str, seed:
         "seed": seed,
         "injected": list(variant.faults),
         "config": variant.config.as_dict(),
+        "board": variant.resolved_board.as_dict(),
         "passed": passed,
         "outcome": outcome,
         "exit_code": code,

@@ -38,6 +38,7 @@ from workarounds.reproducers import run_reproducer
 
 from ..jobs.checks import lowp_mismatch
 from . import diagnose, registers
+from .performance import compare as compare_to_model
 from .plan import STAGES, dram_test_bytes
 
 __all__ = ["bringup_job", "StageFailed"]
@@ -1209,15 +1210,20 @@ async def stage_performance(ctx: Ctx):
                         f"{plan['tm'] * plan['tn'] * cfg.rows * cfg.cols * 4:,}")
     if st.dram_read_bytes < (plan["tm"] * cfg.rows + plan["tn"] * cfg.cols) * k:
         problems.append(f"DRAM_RD_BYTES moved by {st.dram_read_bytes:,}, less than the operands")
+    # against the planner's schedule model for this plan, chip and board (firstlight/bringup/performance.py)
+    verdict = compare_to_model(st.to_dict(), cfg, dev.board)
+    if not verdict.passed:
+        problems.append(f"GEMM 128^3 too slow: {verdict.sentence()}")
     figures = {"cycles": st.cycles, "compute_roof_cycles": st.compute_cycles,
                "vector_roof_cycles": st.vector_cycles, "memory_roof_cycles": st.memory_cycles,
                "attainable_cycles": st.attainable_cycles, "bound": st.bound,
                "roof_utilization": round(st.roof_utilization, 4), "overlap": round(st.overlap, 3),
                "dram_bytes": st.dram_bytes, "compulsory_bytes": st.compulsory_bytes,
-               "predicted_cycles": st.predicted_cycles, "sim_cycles_per_s": round(st.sim_cycles_per_s)}
+               "predicted_cycles": st.predicted_cycles, "sim_cycles_per_s": round(st.sim_cycles_per_s),
+               "plan": plan, **verdict.figures()}
     if problems:
         raise StageFailed("; ".join(problems), figures)
-    return f"GEMM 128^3: {explain(st.to_dict())}", figures
+    return f"GEMM 128^3: {verdict.sentence()}; {explain(st.to_dict())}", figures
 
 
 STAGE_FUNCS = {

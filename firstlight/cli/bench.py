@@ -15,10 +15,12 @@ from kernels.roofline import ROOFLINE_KEYS
 
 from .common import (
     FittedTable,
+    JobFolder,
     add_array_option,
     add_dram_options,
     add_formats_option,
     add_json_option,
+    add_keep_option,
     add_rev_option,
     add_seed_option,
     attention_blockers,
@@ -58,6 +60,7 @@ def add_parser(subparsers) -> None:
     add_sram_depth_option(b)
     add_seed_option(b)
     add_json_option(b)
+    add_keep_option(b)
     add_dram_options(b)
     b.add_argument("--buffering", choices=["double", "single", "both"], default="both",
                    help="operand buffering of the GEMM planner: double (allowed: the planner double-buffers "
@@ -143,18 +146,22 @@ def bench_table(rows: list[dict], title: str) -> FittedTable:
                        keys=2)
 
 
-def _bench_records(job, params: dict, rtype: str, variant, sim: str) -> tuple[list[dict], bool, bool]:
+def _bench_records(job, params: dict, rtype: str, variant, sim: str, keep: bool) -> tuple[list[dict], bool, bool]:
     """Run one bench job; return (its records of type ``rtype``, whether the job failed, whether
-    that was a harness error). A job that fails still gives the records it wrote before."""
+    that was a harness error). A job that fails still gives the records it wrote before. Its
+    folder is removed when every result passed (unless ``keep``), else kept and printed."""
     from cosim.jobs import JobFailed, SimulatorDied, run_job
 
-    try:
-        res = run_job(job, params, variant=variant, sim=sim)
-        return [r for r in res.records if r.get("type") == rtype], False, False
-    except JobFailed as e:
-        died = isinstance(e, SimulatorDied)
-        err_console.print(plain((f"{sim}: {'harness error: ' if died else ''}{e}", "red")))
-        return [r for r in e.records if r.get("type") == rtype], True, died
+    with JobFolder(keep, "bench") as folder:
+        try:
+            res = run_job(job, params, variant=variant, sim=sim, work_dir=folder.path)
+        except JobFailed as e:
+            died = isinstance(e, SimulatorDied)
+            err_console.print(plain((f"{sim}: {'harness error: ' if died else ''}{e}", "red")))
+            return [r for r in e.records if r.get("type") == rtype], True, died
+        recs = [r for r in res.records if r.get("type") == rtype]
+        folder.passed = all(r.get("passed", True) for r in recs)
+        return recs, False, False
 
 
 def cmd(args) -> int:
@@ -193,7 +200,7 @@ def cmd(args) -> int:
         cached = build_simulator(variant, sim=s)
         recs, job_failed, died = _bench_records(kernel_jobs.bench_job, {
             "shapes": shapes, "seed": args.seed, "errata_policy": {}, "double_buffer": buffering,
-            "trace": args.trace is not None}, "bench", variant, s)
+            "trace": args.trace is not None}, "bench", variant, s, args.keep)
         failed |= job_failed
         harness |= died
         for r in recs:
@@ -232,7 +239,7 @@ def cmd(args) -> int:
             if s == "icarus" and args.attention is None and args.row_shapes is None:
                 continue  # ~40x slower: only what is asked for
             recs, job_failed, died = _bench_records(kernel_jobs.vector_bench_job, {
-                "attention": attention, "rows": row_shapes, "seed": args.seed}, "vector_bench", variant, s)
+                "attention": attention, "rows": row_shapes, "seed": args.seed}, "vector_bench", variant, s, args.keep)
             failed |= job_failed
             harness |= died
             for r in recs:

@@ -30,10 +30,12 @@ from rtl.config import FORMAT_NAMES
 __all__ = [
     "DEFAULT_SIM",
     "FittedTable",
+    "JobFolder",
     "Reporter",
     "add_array_option",
     "add_formats_option",
     "add_json_option",
+    "add_keep_option",
     "add_rev_option",
     "add_seed_option",
     "add_sim_option",
@@ -45,6 +47,7 @@ __all__ = [
     "check_outputs",
     "console",
     "err_console",
+    "fault_registers_help",
     "fmt_pct",
     "int_at_least",
     "plain",
@@ -249,14 +252,17 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a size in bytes such as 1048576, 1M or 256K, not {text!r}") from None
 
 
-def add_dram_options(p: argparse.ArgumentParser) -> None:
-    """``--dram-bw``, ``--dram-latency``, ``--dram-size``: the board's DRAM (board_from_args)."""
+def add_dram_options(p: argparse.ArgumentParser, *, bandwidth_only: bool = False) -> None:
+    """``--dram-bw``, ``--dram-latency``, ``--dram-size``: the board's DRAM (board_from_args);
+    ``bandwidth_only``: ``--dram-bw`` alone."""
     from rtl.board import RIDGE_MACS_PER_BYTE
 
     p.add_argument("--dram-bw", type=_bytes_per_cycle, default=None, metavar="BYTES_PER_CYCLE",
                    help="sustained DRAM bandwidth, reads and writes together (default: peak MACs per cycle / "
                         f"{RIDGE_MACS_PER_BYTE}, a ridge point of {RIDGE_MACS_PER_BYTE} MACs per byte: 1 B/cycle "
                         "on 4x4); at most one bus beat per cycle")
+    if bandwidth_only:
+        return
     p.add_argument("--dram-latency", type=positive, default=None, metavar="CYCLES",
                    help="cycles from a read address to its first data beat (default: 32)")
     p.add_argument("--dram-size", type=_size, default=None, metavar="BYTES",
@@ -275,6 +281,18 @@ def require_sim(name: str):
         return find_simulator(name)
     except SimulatorMissing as e:
         raise CannotStart(str(e)) from None
+
+
+def fault_registers_help(indent: str = "  ", width: int = 96) -> str:
+    """The registers a ``csr:<REGISTER>`` fault may name, from the register map (rtl/csr_map.py),
+    wrapped for a help text."""
+    import textwrap
+
+    from rtl.csr_map import REGISTERS
+
+    return textwrap.fill(f"<REGISTER> (any case): {', '.join(r.name for r in REGISTERS)}", width,
+                         initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False,
+                         break_long_words=False)
 
 
 def fmt_pct(x: float) -> str:
@@ -334,6 +352,50 @@ def check_outputs(args: argparse.Namespace) -> None:
 
         source = "$FIRSTLIGHT_CACHE" if os.environ.get("FIRSTLIGHT_CACHE") else "default; set $FIRSTLIGHT_CACHE to move it"
         check_output_dir(cache_root(), f"the build cache ({source})")
+
+
+# ---- the job folder in the system temp directory --------------------------------------------------
+
+def add_keep_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    p.add_argument("--keep", action="store_true",
+                   help=help or "keep the simulator job's folder in the system temp directory (job.json, "
+                        "records.jsonl, sim.log) and print its path, even when the run passes (default: removed "
+                        "when the run passes; a failed run always keeps it and prints its path)")
+
+
+class JobFolder:
+    """The folder of one simulator job (``job.json``, ``records.jsonl``, ``sim.log``), made in
+    the system temp directory (``firstlight-<what>-XXXXXXXX``) for a command to pass to
+    ``run_job(work_dir=...)``.
+
+    Leaving the ``with`` block removes it when the caller set ``passed`` (a passing verdict) and
+    nothing was raised, unless ``keep``; otherwise the folder stays and its path is printed: a
+    failed run keeps the simulator's log for whoever reads the failure.
+    """
+
+    def __init__(self, keep: bool, what: str = "run"):
+        try:
+            self.path = Path(tempfile.mkdtemp(prefix=f"firstlight-{what}-")).resolve()
+        except OSError as e:
+            raise CannotStart(f"the system temp directory {tempfile.gettempdir()}: cannot make a job folder in it "
+                              f"({_why(e)}); set $TMPDIR to a writable folder") from None
+        self.keep = keep
+        self.passed = False
+
+    def __enter__(self) -> JobFolder:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        import shutil
+
+        ok = self.passed and exc_type is None
+        if ok and not self.keep:
+            shutil.rmtree(self.path, ignore_errors=True)
+        elif ok:
+            console.print(plain(f"job folder kept (--keep): {self.path}"), soft_wrap=True)
+        else:
+            err_console.print(plain(f"job folder kept (the run did not pass): {self.path}"), soft_wrap=True)
+        return False
 
 
 # ---- tables that never cut a number ---------------------------------------------------------------

@@ -17,7 +17,9 @@ from rich.text import Text
 from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, exit_codes_help
 
 from .common import (
+    JobFolder,
     add_json_option,
+    add_keep_option,
     add_rev_option,
     add_seed_option,
     add_sim_option,
@@ -57,6 +59,7 @@ def add_parser(subparsers) -> None:
     add_rev_option(ec, required=True)
     add_sim_option(ec)
     add_json_option(ec)
+    add_keep_option(ec)
     uses_build_cache(ec)
     em = e_sub.add_parser("measure", help="run the regression matrix (revision x mitigation on/off), store the "
                           "cycle costs in workarounds/costs.json and regenerate docs/errata.md", formatter_class=raw,
@@ -126,11 +129,18 @@ def _show(args) -> int:
 
 def _check(args) -> int:
     from firstlight.jobs.errata import check_revision
+
+    require_sim(args.sim)
+    with JobFolder(args.keep, "errata-check") as folder:
+        code = _check_report(args, *check_revision(args.rev, args.sim, folder.path))
+        folder.passed = code == EXIT_OK
+    return code
+
+
+def _check_report(args, observed: dict, error: str | None) -> int:
     from workarounds.check import NO_FINDING, compare
     from workarounds.registry import ASSESSED_REVISIONS
 
-    require_sim(args.sim)
-    observed, error = check_revision(args.rev, args.sim)
     if error:
         err_console.print(plain(("the check did not finish: ", "red"), str(error)))
     rows = compare(args.rev, observed)
@@ -151,7 +161,7 @@ def _check(args) -> int:
     bad = [r for r in rows if r["verdict"] not in NO_FINDING]
     for r in bad:
         err_console.print(plain((f"{r['verdict'].upper()}: ", "bold red"), f"{r['id']} on {args.rev}: {r['detail']}"))
-    return EXIT_FAIL if bad else EXIT_OK
+    return EXIT_FAIL if bad or error else EXIT_OK
 
 
 def _matrix_table(costs: dict, sim: str) -> Table:

@@ -23,6 +23,8 @@ from .common import (
     FittedTable,
     console,
     err_console,
+    fault_registers_help,
+    plain,
     positive,
     require_sim,
     uses_build_cache,
@@ -106,6 +108,7 @@ def cmd_list(args) -> int:
     console.print("syntax (--inject):")
     for form, note in FAULT_FORMS:
         console.print(f"  {escape(form)}\n      [dim]{escape(note)}[/]", emoji=False, soft_wrap=True)
+    console.print(plain(fault_registers_help()), soft_wrap=True)
     return EXIT_OK
 
 

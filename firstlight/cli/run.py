@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.table import Table
@@ -16,10 +17,12 @@ from kernels.roofline import ROOFLINE_KEYS, explain
 
 from .common import (
     DEFAULT_SIM,
+    JobFolder,
     add_array_option,
     add_dram_options,
     add_formats_option,
     add_json_option,
+    add_keep_option,
     add_rev_option,
     add_seed_option,
     add_sim_option,
@@ -52,6 +55,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "firstlight-out/run-<unix time>/ under the current folder unless --waves-dir says where")
     p.add_argument("--waves-dir", type=Path, default=None, metavar="DIR",
                    help="the folder for the waveform and the simulator's log (implies --waves)")
+    add_keep_option(p)
     p.add_argument("--extremes", action="store_true", help="draw operands from the extreme values only")
     p.add_argument("--trace", type=Path, default=None, metavar="PATH",
                    help="record the chip's trace buffer and write it as a Chrome trace (open in ui.perfetto.dev "
@@ -212,7 +216,6 @@ def cmd(args) -> int:
 
     _check_fits_dram(args, variant)
     # imported once the arguments are known good, so that a bad one exits 2 quickly
-    from cosim.jobs import JobFailed, SimulatorDied, run_job
     from firstlight.jobs import kernels as kernel_jobs
 
     if args.kernel == "gemm":
@@ -276,6 +279,19 @@ def cmd(args) -> int:
     cfg = variant.config
     console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "
                         f"{args.sim}, revision {args.rev}, seed {args.seed}"))
+    # the job's folder: the waveform's (kept), or one in the system temp directory, removed when
+    # the run passes unless --keep, kept and printed when it does not
+    with JobFolder(args.keep) if work is None else nullcontext() as folder:
+        code = _run_and_report(args, job, kwargs, variant, work or folder.path, shape)
+        if folder is not None:
+            folder.passed = code == EXIT_OK
+    return code
+
+
+def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) -> int:
+    from cosim.jobs import JobFailed, SimulatorDied, run_job
+
+    cfg = variant.config
     t0 = time.perf_counter()
     try:
         res = run_job(job, kwargs, variant=variant, sim=args.sim, waves=args.waves, work_dir=work)

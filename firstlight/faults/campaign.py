@@ -27,33 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from firstlight.bringup.plan import CATCHERS, DRAM_TEST_BYTES, STAGE_NAMES
 from rtl.config import ChipConfig
 from rtl.faults import Fault, FaultKind, parse_fault, redundant, universe
 
-__all__ = ["sample_faults", "expected_site", "classify", "run_campaign", "CampaignResult", "CATCHERS",
-           "campaign_universe"]
-
-# The stages meant to catch each kind of fault (the first failing stage must be one of them).
-CATCHERS: dict[FaultKind, tuple[str, ...]] = {
-    FaultKind.SRAM_STUCK: ("memories",),
-    FaultKind.SRAM_WRITE_STUCK: ("memories",),
-    FaultKind.SRAM_ADDR_TIE: ("memories",),
-    FaultKind.SRAM_ADDR_BRIDGE: ("memories",),
-    FaultKind.SRAM_TRANSITION: ("memories",),
-    FaultKind.SRAM_COUPLING: ("memories",),
-    FaultKind.CSR_STUCK: ("reset", "identity", "csr_bus", "command_path", "dma_smoke"),
-    FaultKind.PE_PRODUCT: ("engine_smoke",),
-    FaultKind.PE_ACC: ("engine_smoke",),
-    FaultKind.REDUCE_LANE: ("engine_smoke",),
-    FaultKind.CMD_FIFO: ("command_path",),
-    FaultKind.BUS_HANG: ("reset",),
-    FaultKind.PIN_STUCK: ("reset", "command_path"),
-    FaultKind.DRAM_STUCK: ("dram",),
-    FaultKind.DMA_ADDR_ALIAS: ("dram",),
-    # the dram stage's block loads reach every burst ordinal of the universe; dma_smoke's long
-    # load too, should the dram stage's loads ever be shorter
-    FaultKind.DMA_DROP_BEAT: ("dram", "dma_smoke"),
-}
+__all__ = ["sample_faults", "expected_site", "classify", "run_campaign", "CampaignResult", "campaign_universe"]
 
 
 def expected_site(f: Fault, cfg: ChipConfig) -> str | tuple[str, ...]:
@@ -93,8 +71,6 @@ def campaign_universe(cfg: ChipConfig):
     """The universe a campaign samples: the chip's, and of the board's DRAM the bits of the
     region the checklist tests (the dram stage's default region, plan.DRAM_TEST_BYTES: a DRAM
     bit outside it is a board memory test's business, docs/faults.md)."""
-    from firstlight.bringup.plan import DRAM_TEST_BYTES
-
     return universe(cfg, dram_region=DRAM_TEST_BYTES)
 
 
@@ -160,8 +136,6 @@ def _run_one_args(args) -> dict:
 def _checklist(build, seed: int, watchdog: int, fault_code: int) -> dict:
     """The bring-up job's arguments for one campaign run: every stage, the fault on the port,
     and (for a faulty chip) a stop at the first failing stage; the good run walks them all."""
-    from firstlight.bringup.plan import STAGE_NAMES
-
     return {"selected": list(STAGE_NAMES), "seed": seed, "faults": [], "built_revision": build.variant.revision,
             "watchdog_cycles": watchdog, "fault_code": fault_code, "stop_at_first_failure": bool(fault_code)}
 
