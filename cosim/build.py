@@ -36,6 +36,7 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,6 +138,39 @@ def log_excerpt(path: Path, n: int = 12, pattern: str | None = None) -> str:
         if hits:
             lines = hits
     return "\n".join(lines[-n:])
+
+
+# ---- build steps: say what runs, and for how long ------------------------------------------------
+
+HEARTBEAT_S = 15.0  # a step that runs longer says so this often
+
+
+@contextmanager
+def build_step(what: str):
+    """Log ``what`` when it starts, every HEARTBEAT_S seconds while it runs (with the elapsed
+    time), and its duration when it ends: a first build takes from seconds to minutes, and a
+    silent terminal looks hung (the CLI shows the ``firstlight`` logger on stderr)."""
+    t0 = time.monotonic()
+    done = threading.Event()
+    _log.info("%s ...", what)
+
+    def beat():
+        while not done.wait(HEARTBEAT_S):
+            _log.info("... still %s (%.0f s)", what, time.monotonic() - t0)
+
+    th = threading.Thread(target=beat, name="firstlight-build-heartbeat", daemon=True)
+    th.start()
+    try:
+        yield
+    finally:
+        done.set()
+        th.join()
+    _log.info("%s: done in %.1f s", what, time.monotonic() - t0)
+
+
+# what each build command is, for build_step (the runner's other commands run the simulator)
+_STEPS = {"verilator": "verilating the Verilog into C++", "make": "compiling the model's C++",
+          "iverilog": "compiling the Verilog for Icarus"}
 
 
 # ---- child processes ------------------------------------------------------------------------------
@@ -408,10 +442,13 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tupl
         from rtl.dram_array import array_verilog
 
         t0 = time.perf_counter()
+        cfg = variant.config
         try:
-            text = verilog.convert(elaborate(variant), name=CHIP_MODULE, emit_src=False)
-            if not variant.external_axi:
-                text += verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False) + array_verilog()
+            with build_step(f"elaborating the chip into Verilog ({cfg.rows}x{cfg.cols}, revision {variant.revision}, "
+                            f"formats {'/'.join(cfg.formats)})"):
+                text = verilog.convert(elaborate(variant), name=CHIP_MODULE, emit_src=False)
+                if not variant.external_axi:
+                    text += verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False) + array_verilog()
         except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
             raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
         tmp = out.with_suffix(".tmp")
@@ -464,10 +501,12 @@ def _runner(sim: SimInfo):
         """Every command through :func:`run_tracked` (own session, stoppable, exit status kept)."""
 
         def _execute_cmds(self, cmds, cwd, stdout=None) -> None:
-            for cmd in cmds:
+            for i, cmd in enumerate(cmds):
                 self.log.info("Running command %s in directory %s", " ".join(map(str, cmd)), cwd)
                 argv = [str(c) for c in cmd]
-                proc = run_tracked(argv, cwd=cwd, env=self.env, stdout=stdout)
+                step = _STEPS.get(Path(argv[0]).name)
+                with build_step(f"{step} (step {i + 1} of {len(cmds)})") if step else nullcontext():
+                    proc = run_tracked(argv, cwd=cwd, env=self.env, stdout=stdout)
                 if proc.returncode != 0:
                     raise CommandFailed(argv, proc.returncode, proc.pid)
 

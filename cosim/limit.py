@@ -44,6 +44,7 @@ from .build import (
     _read_json,
     _sha,
     _write_json,
+    build_step,
     cache_root,
     generate_verilog,
     log_excerpt,
@@ -238,7 +239,9 @@ def build_limit(variant: Variant) -> LimitBuild:
                "--Mdir", str(build_dir / "obj"), *LIMIT_VERILATOR_ARGS, *defines,
                str(verilog), str(_HDL_DIR / "fl_tb.v"), str(build_dir / f"{LIMIT_TOP}.v"), str(MAIN_CPP),
                "-MAKEFLAGS", " ".join(_make_args())]
-        with open(log, "w") as f:
+        cfg = variant.config
+        with open(log, "w") as f, build_step(f"building the bare Verilator reference ({cfg.rows}x{cfg.cols}, "
+                                             f"formats {'/'.join(cfg.formats)})"):
             proc = run_tracked(cmd, cwd=build_dir, stdout=f)
         built = build_dir / "obj" / LIMIT_TOP
         if proc.returncode != 0 or not built.exists():

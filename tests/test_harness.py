@@ -741,3 +741,17 @@ def test_every_command_documents_every_exit_code():
     doc = (ROOT / "docs" / "bringup.md").read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     for code in EXIT_CODES:
         assert re.search(rf"^  {code}\s", top, re.M) and f"| {code} |" in doc, code
+
+
+def test_a_build_step_says_what_runs_and_for_how_long(caplog, monkeypatch):
+    """A long build step announces itself, beats while it runs, and ends with its duration."""
+    from cosim import build
+
+    monkeypatch.setattr(build, "HEARTBEAT_S", 0.05)
+    with caplog.at_level(logging.INFO, logger="firstlight.build"):
+        with build.build_step("verilating the Verilog into C++ (step 1 of 2)"):
+            time.sleep(0.3)
+    text = caplog.text
+    assert "verilating the Verilog into C++ (step 1 of 2) ..." in text
+    assert "... still verilating the Verilog into C++ (step 1 of 2) (0 s)" in text
+    assert re.search(r"verilating the Verilog into C\+\+ \(step 1 of 2\): done in 0\.[0-9] s", text)
