@@ -421,9 +421,19 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tupl
         return out, False, time.perf_counter() - t0
 
 
-def control_file_text() -> str:
+# What the cocotb testbench drives on the wrapper (cosim/testbench.py, the fault campaign's
+# descriptor) and what it only reads or waits on. Only these are public: Verilator must assume a
+# public writable signal can change under it at any time, so everything computed from one is
+# re-evaluated on every evaluation (the wrapper's internal AXI wires, public through a "*",
+# once put most of the DRAM model and the DMA into that set).
+TB_DRIVEN = ("rst", "csr_addr", "csr_wdata", "csr_we", "csr_re", "fault_sel")
+TB_READ = ("clk", "csr_rdata", "csr_ready", "csr_event", "bus_timeout", "idle", "irq")
+
+
+def control_file_text(variant: Variant | None = None) -> str:
     """Verilator control file: expose to VPI only what the testbench touches (instead of
-    --public-flat-rw): the wrapper's signals and every SRAM the backdoor opens."""
+    --public-flat-rw): the wrapper's ports (the AXI port too when cocotb serves it) and every
+    SRAM the backdoor opens."""
     from rtl.dram_array import ARRAY_MODULE, ARRAY_VAR
     from rtl.memories import MEMORIES
 
@@ -431,7 +441,12 @@ def control_file_text() -> str:
     for mem in MEMORIES:
         lines.append(f'public_flat_rw -module "{CHIP_MODULE}" -var "{mem.backdoor}"')
     lines.append(f'public_flat_rw -module "{ARRAY_MODULE}" -var "{ARRAY_VAR}"')
-    lines.append(f'public_flat_rw -module "{TB_TOPLEVEL}" -var "*"')
+    for name in TB_DRIVEN:
+        lines.append(f'public_flat_rw -module "{TB_TOPLEVEL}" -var "{name}"')
+    for name in TB_READ:
+        lines.append(f'public_flat_rd -module "{TB_TOPLEVEL}" -var "{name}"')
+    if variant is not None and variant.external_axi:
+        lines.append(f'public_flat_rw -module "{TB_TOPLEVEL}" -var "axi_*"')
     return "\n".join(lines) + "\n"
 
 
@@ -507,7 +522,7 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str = "hdl"
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
     make_args = list(VERILATOR_MAKE_ARGS) if sim == "verilator" else []
-    control = control_file_text() if sim == "verilator" else ""
+    control = control_file_text(variant) if sim == "verilator" else ""
     key = _sha(verilog_path.read_bytes(), tb, control, sim, info.version, cocotb.__version__, clock,
                json.dumps(args + make_args),
                str(waves), json.dumps(info.env, sort_keys=True), CACHE_FORMAT)

@@ -479,9 +479,8 @@ class MatrixEngine(wiring.Component):
             ]
             wide = Signal(name=f"{t}_wide")
             m.d.comb += wide.eq(mt[32:] != 0)
-            conv_hi = round_to_fp32(m, mt, neg, x["x"] + 32, name=f"{t}_cvth", sticky_in=mb != 0)
-            conv_lo = round_to_fp32(m, Cat(mb, mt[:32]), neg, x["x"], name=f"{t}_cvtl")
-            conv = Mux(wide, conv_hi, conv_lo)
+            conv = round_to_fp32(m, Mux(wide, mt, Cat(mb, mt[:32])), neg, x["x"] + Mux(wide, 32, 0),
+                                 name=f"{t}_cvt", sticky_in=wide & (mb != 0))
             r = Signal(32, name=f"{t}_r")
             with m.If(x["nan"] | x["scale_nan"] | (x["pinf"] & x["ninf"])):
                 m.d.comb += r.eq(CANONICAL_NAN)

@@ -40,6 +40,26 @@ module fl_tb (
     reg clk = 1'b0;
     always #5 clk = ~clk;
 `endif
+    // The board registers what the host drives: reset through a synchroniser flop, the CSR bus
+    // through one register stage (a bus bridge). The chip sees each a cycle later; a strobe the
+    // host drops at the falling edge after csr_ready is low again before the chip's bus returns
+    // to idle, so a transfer still happens once. Why: an input port of the model is logic the
+    // simulator re-evaluates on every evaluation (it cannot know whether the testbench wrote it),
+    // and reset reaches every register's next-state logic; behind a flop it is evaluated only
+    // when the flop changes (docs/simulation.md: measured with `firstlight bench --limit`).
+    reg        rst_q = 1'b1;
+    reg [7:0]  csr_addr_q = 8'd0;
+    reg [31:0] csr_wdata_q = 32'd0;
+    reg        csr_we_q = 1'b0;
+    reg        csr_re_q = 1'b0;
+    always @(posedge clk) begin
+        rst_q <= rst;
+        csr_addr_q <= csr_addr;
+        csr_wdata_q <= csr_wdata;
+        csr_we_q <= csr_we;
+        csr_re_q <= csr_re;
+    end
+
     localparam BUS_TIMEOUT_CYCLES = 16'd65535;
     reg [15:0] bus_wait = 16'd0;
     always @(posedge clk)
@@ -77,7 +97,7 @@ module fl_tb (
     wire [`FL_BUS_BITS-1:0] axi_wdata, axi_rdata;
     wire [`FL_BUS_BITS/8-1:0] axi_wstrb;
     fl_dram dram (
-        .clk(clk), .rst(rst),
+        .clk(clk), .rst(rst_q),
 `ifdef FL_FAULT_PORT
         .fault_sel(fault_sel),
 `endif
@@ -92,11 +112,11 @@ module fl_tb (
 `endif
 
     fl_chip chip (
-        .clk(clk), .rst(rst),
+        .clk(clk), .rst(rst_q),
 `ifdef FL_FAULT_PORT
         .fault_sel(fault_sel),
 `endif
-        .csr_addr(csr_addr), .csr_wdata(csr_wdata), .csr_we(csr_we), .csr_re(csr_re),
+        .csr_addr(csr_addr_q), .csr_wdata(csr_wdata_q), .csr_we(csr_we_q), .csr_re(csr_re_q),
         .csr_rdata(csr_rdata), .csr_ready(csr_ready), .irq(irq), .idle(idle),
         .axi_awaddr(axi_awaddr), .axi_awlen(axi_awlen), .axi_awsize(axi_awsize), .axi_awburst(axi_awburst),
         .axi_awvalid(axi_awvalid), .axi_awready(axi_awready), .axi_wdata(axi_wdata), .axi_wstrb(axi_wstrb),
