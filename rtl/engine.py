@@ -29,6 +29,11 @@ from .saboteurs import stuck_value
 
 __all__ = ["MatrixEngine"]
 
+# Widths of a PE's two exact block-sum parts (see MatrixEngine._pe): lo < 32 * 225 * 2**31 and
+# hi < 32 * 49 * 2**26 in magnitude, with a sign bit and a bit to spare; both <= 64 bits.
+_LO_BITS = 46
+_HI_BITS = 40
+
 
 class MatrixEngine(wiring.Component):
     """Systolic array of ``rows x cols`` int8 PEs with int32 wrap-around accumulators.
@@ -164,6 +169,7 @@ class MatrixEngine(wiring.Component):
         s1_fmt = Signal(2)
         s1_bfirst = Signal()
         s1_blast = Signal()
+        s1_unit = Signal()  # the parity of the step's 32-step block: which of the row's two finalize units
         m.d.sync += [
             s1_valid.eq(feed_valid),
             s1_first.eq(k_idx == 0),
@@ -173,17 +179,18 @@ class MatrixEngine(wiring.Component):
             s1_fmt.eq(fmt),
             s1_bfirst.eq(k_idx[:5] == 0),
             s1_blast.eq((k_idx[:5] == 31) | (k_idx == k_len - 1)),
+            s1_unit.eq(k_idx[5]),
         ]
 
         # ---- skew registers -----------------------------------------------------------
         # A side carries data + control (valid, first, last, c tag, accumulate).
         # A bundle: data[0:8] valid[8] first[9] last[10] c[11:27] acc[27] fmt[28:30] bfirst[30]
-        # blast[31] scale[32:40]. B bundle: data[0:8] scale[8:16].
+        # blast[31] scale[32:40] unit[40]. B bundle: data[0:8] scale[8:16].
         def a_bundle(i):
             return Cat(self.a_rd_data.word_select(i, 8), s1_valid, s1_first, s1_last, s1_c, s1_acc, s1_fmt,
-                       s1_bfirst, s1_blast, self.sa_rd_data.word_select(i, 8))
+                       s1_bfirst, s1_blast, self.sa_rd_data.word_select(i, 8), s1_unit)
 
-        bundle_w = 40
+        bundle_w = 41
         a_in = []
         for i in range(R):
             cur = a_bundle(i)
@@ -203,9 +210,11 @@ class MatrixEngine(wiring.Component):
 
         # ---- PE grid --------------------------------------------------------------------------
         # Each PE: the int8 MAC (32-bit wrap-around) and the FP path (exact products summed
-        # exactly per block of 32 steps; at each block end a finalize stage F1 converts the block
-        # sum with its scales to fp32 and adds it to an fp32 accumulator). The result register
-        # is written in F1 for every format, one cycle after the last step.
+        # exactly per block of 32 steps, in two accumulators of at most 64 bits). At each block
+        # end a finalize stage F1 converts the block sum with its scales to fp32 and adds it to
+        # the PE's fp32 accumulator; F1 is shared by the PEs of a row (two units per row, see
+        # _finalize_units). The result register is written in F1 for every format, one cycle
+        # after the last step.
         res = [[Signal(32, name=f"res_{i}_{j}") for j in range(C)] for i in range(R)]
         row_done = [Signal(name=f"row_done_{i}") for i in range(R)]
         row_c = [Signal(16, name=f"row_c_{i}") for i in range(R)]
@@ -214,14 +223,17 @@ class MatrixEngine(wiring.Component):
         b_col = list(b_in)
         for i in range(R):
             a_cur = a_in[i]
+            pending = []
             for j in range(C):
-                self._pe(m, i, j, a_cur, b_col[j], res[i][j],
-                         (row_done[i], row_c[i], row_acc[i], row_fmt[i]) if j == C - 1 else None)
+                pending.append(self._pe(m, i, j, a_cur, b_col[j], res[i][j],
+                                        (row_done[i], row_c[i], row_acc[i], row_fmt[i]) if j == C - 1 else None))
                 a_nxt = Signal(bundle_w, name=f"a_pipe_{i}_{j}")
                 b_nxt = Signal(16, name=f"b_pipe_{i}_{j}")
                 m.d.sync += [a_nxt.eq(a_cur), b_nxt.eq(b_col[j])]
                 a_cur = a_nxt
                 b_col[j] = b_nxt
+            if self.config.has_fp:
+                self._finalize_units(m, i, pending, res[i])
 
         # ---- write-back -------------------------------------------------------------------
         # WB1: pick the completed row (at most one per cycle by the feed spacing rule) and
@@ -325,6 +337,7 @@ class MatrixEngine(wiring.Component):
         a_code, valid, first, last = a_bus[0:8], a_bus[8], a_bus[9], a_bus[10]
         c_tag, acc_tag, fmt, bfirst, blast, sa = a_bus[11:27], a_bus[27], a_bus[28:30], a_bus[30], a_bus[31], a_bus[32:40]
         b_code, sb = b_bus[0:8], b_bus[8:16]
+        unit_bit = a_bus[40]
 
         # int8 MAC
         acc = Signal(32, name=f"acc_{i}_{j}")
@@ -362,11 +375,16 @@ class MatrixEngine(wiring.Component):
                 m.d.sync += res.eq(pend_int)
             return
 
-        # FP: exact product and exact block sum
+        # FP: exact product, and the exact block sum in two parts: products of weight below 2**32
+        # (every E4M3 and E2M1 product) in `lo`, the others (large E5M2 products) in `hi` in units
+        # of 2**32. Each part fits 64 bits (lo < 32 * 225 * 2**31, hi < 32 * 49 * 2**26): the sum
+        # is exact, and no per-step arithmetic is wider than a machine word.
         sa_s, sa_sig, sa_ee, a_nan, a_inf = self._decode(m, a_code, fmt, f"{t}_a")
         sb_s, sb_sig, sb_ee, b_nan, b_inf = self._decode(m, b_code, fmt, f"{t}_b")
-        pmag = Signal(64, name=f"{t}_pmag")
-        m.d.comb += pmag.eq((sa_sig * sb_sig) << (sa_ee + sb_ee - 2)[:6])
+        shift = Signal(6, name=f"{t}_shift")
+        m.d.comb += shift.eq(sa_ee + sb_ee - 2)
+        term = Signal(39, name=f"{t}_term")  # sig product (8 bits) << shift mod 32
+        m.d.comb += term.eq((sa_sig * sb_sig) << shift[:5])
         p_nan = Signal(name=f"{t}_pnan")
         p_inf = Signal(name=f"{t}_pinf")
         m.d.comb += [
@@ -374,35 +392,42 @@ class MatrixEngine(wiring.Component):
             p_inf.eq((a_inf | b_inf) & ~p_nan),
         ]
         special = p_nan | p_inf
-        pval = Signal(signed(72), name=f"{t}_pval")
-        m.d.comb += pval.eq(Mux(special, 0, Mux(sa_s ^ sb_s, -pmag, pmag)))
-        blk = Signal(signed(72), name=f"{t}_blk")
+        pneg = sa_s ^ sb_s
+        tval = Signal(signed(40), name=f"{t}_tval")
+        m.d.comb += tval.eq(Mux(special, 0, Mux(pneg, -term, term)))
+        blk_lo, blk_hi = Signal(signed(_LO_BITS), name=f"{t}_blk_lo"), Signal(signed(_HI_BITS), name=f"{t}_blk_hi")
+        lo_new, hi_new = Signal(signed(_LO_BITS), name=f"{t}_lo_new"), Signal(signed(_HI_BITS), name=f"{t}_hi_new")
         bnan, bpinf, bninf = Signal(name=f"{t}_bnan"), Signal(name=f"{t}_bpinf"), Signal(name=f"{t}_bninf")
-        blk_new = Signal(signed(72), name=f"{t}_blk_new")
         nan_new, pinf_new, ninf_new = Signal(name=f"{t}_nan_n"), Signal(name=f"{t}_pinf_n"), Signal(name=f"{t}_ninf_n")
         m.d.comb += [
-            blk_new.eq(Mux(bfirst, 0, blk) + pval),
+            lo_new.eq(Mux(bfirst, 0, blk_lo) + Mux(shift[5], 0, tval)),
+            hi_new.eq(Mux(bfirst, 0, blk_hi) + Mux(shift[5], tval, 0)),
             nan_new.eq(Mux(bfirst, 0, bnan) | p_nan),
-            pinf_new.eq(Mux(bfirst, 0, bpinf) | (p_inf & ~(sa_s ^ sb_s))),
-            ninf_new.eq(Mux(bfirst, 0, bninf) | (p_inf & (sa_s ^ sb_s))),
+            pinf_new.eq(Mux(bfirst, 0, bpinf) | (p_inf & ~pneg)),
+            ninf_new.eq(Mux(bfirst, 0, bninf) | (p_inf & pneg)),
         ]
 
-        # pending block / result for the finalize stage F1
-        pend_blk = Signal(signed(72), name=f"{t}_pend_blk")
-        pend_nan, pend_pinf, pend_ninf = Signal(name=f"{t}_pend_nan"), Signal(name=f"{t}_pend_pinf"), Signal(name=f"{t}_pend_ninf")
-        pend_scale_nan = Signal(name=f"{t}_pend_snan")
-        pend_x = Signal(signed(13), name=f"{t}_pend_x")
-        pend_valid, pend_first_blk = Signal(name=f"{t}_pend_v"), Signal(name=f"{t}_pend_fb")
+        # pending block for the row's finalize stage F1
+        pend = {
+            "lo": Signal(signed(_LO_BITS), name=f"{t}_pend_lo"), "hi": Signal(signed(_HI_BITS), name=f"{t}_pend_hi"),
+            "nan": Signal(name=f"{t}_pend_nan"), "pinf": Signal(name=f"{t}_pend_pinf"),
+            "ninf": Signal(name=f"{t}_pend_ninf"), "scale_nan": Signal(name=f"{t}_pend_snan"),
+            "x": Signal(signed(13), name=f"{t}_pend_x"), "first_blk": Signal(name=f"{t}_pend_fb"),
+            "acc32": Signal(32, name=f"{t}_acc32"),
+        }
+        pend_valid, pend_unit = Signal(name=f"{t}_pend_v"), Signal(name=f"{t}_pend_u")
         unit = Mux(fmt == Format.E4M3, self._UNIT_EXP[Format.E4M3],
                    Mux(fmt == Format.E5M2, self._UNIT_EXP[Format.E5M2], self._UNIT_EXP[Format.E2M1]))
         m.d.sync += pend_valid.eq(valid & blast & (fmt != Format.INT8))
         with m.If(valid):
-            m.d.sync += [blk.eq(blk_new), bnan.eq(nan_new), bpinf.eq(pinf_new), bninf.eq(ninf_new)]
+            m.d.sync += [blk_lo.eq(lo_new), blk_hi.eq(hi_new), bnan.eq(nan_new), bpinf.eq(pinf_new),
+                         bninf.eq(ninf_new)]
             with m.If(blast):
                 m.d.sync += [
-                    pend_blk.eq(blk_new), pend_nan.eq(nan_new), pend_pinf.eq(pinf_new), pend_ninf.eq(ninf_new),
-                    pend_scale_nan.eq((sa == 0xFF) | (sb == 0xFF)),
-                    pend_x.eq(unit + sa + sb - 254),
+                    pend["lo"].eq(lo_new), pend["hi"].eq(hi_new), pend["nan"].eq(nan_new),
+                    pend["pinf"].eq(pinf_new), pend["ninf"].eq(ninf_new),
+                    pend["scale_nan"].eq((sa == 0xFF) | (sb == 0xFF)),
+                    pend["x"].eq(unit + sa + sb - 254), pend_unit.eq(unit_bit),
                 ]
         # `first` marks the MATMUL's first step, which is in its first block: latch it at the block
         # start and carry it to that block's end.
@@ -410,27 +435,73 @@ class MatrixEngine(wiring.Component):
         with m.If(valid & bfirst):
             m.d.sync += first_blk.eq(first)
         with m.If(valid & blast):
-            m.d.sync += pend_first_blk.eq(Mux(bfirst, first, first_blk))
+            m.d.sync += pend["first_blk"].eq(Mux(bfirst, first, first_blk))
+        return {"valid": pend_valid, "unit": pend_unit, "last": pend_last, "fmt": pend_fmt, "int": pend_int,
+                "pend": pend}
 
-        # F1: convert the block with its scales, then fold it into the fp32 accumulator
-        neg = pend_blk < 0
-        mag = Signal(71, name=f"{t}_mag")
-        m.d.comb += mag.eq(Mux(neg, -pend_blk, pend_blk))
-        conv = round_to_fp32(m, mag, neg, pend_x, name=f"{t}_cvt")
-        r = Signal(32, name=f"{t}_r")
-        with m.If(pend_nan | pend_scale_nan | (pend_pinf & pend_ninf)):
-            m.d.comb += r.eq(CANONICAL_NAN)
-        with m.Elif(pend_pinf):
-            m.d.comb += r.eq(POS_INF)
-        with m.Elif(pend_ninf):
-            m.d.comb += r.eq(POS_INF | (1 << 31))
-        with m.Else():
-            m.d.comb += r.eq(conv)
-        acc32 = Signal(32, name=f"{t}_acc32")
-        acc32_new = Signal(32, name=f"{t}_acc32_new")
-        summed = fp32_add(m, acc32, r, name=f"{t}_add")
-        m.d.comb += acc32_new.eq(Mux(pend_first_blk, r, summed))
-        with m.If(pend_valid):
-            m.d.sync += acc32.eq(acc32_new)
-        with m.If(pend_last):
-            m.d.sync += res.eq(Mux(pend_fmt == Format.INT8, pend_int, Mux(pend_valid, acc32_new, acc32)))
+    def _finalize_units(self, m: Module, i: int, pending: list[dict], res_row: list) -> None:
+        """F1 of row ``i``: convert a PE's block sum with its scales to fp32 (RNE) and add it to the
+        PE's fp32 accumulator (the first block of a MATMUL replaces it).
+
+        Why shared: a PE finishes a block at most once per 32 steps, and the skew makes the PEs
+        of a row finish the same block in consecutive cycles, so one F1 serves the whole row.
+        Two blocks of one PE can end a cycle apart (the last block of a MATMUL may be short), so
+        the row has two units and a block goes to the unit of its index's parity: blocks of one
+        parity end at least 32 steps apart, more than the COLS cycles a row takes (COLS <= 16;
+        MATMULs end at least max(ROWS, COLS) cycles apart, docs/chip.md). The timing is that of
+        a private F1 in every PE: the unit works in the cycle after the block's last step.
+        """
+        for u in range(2):
+            t = f"fin_{i}_{u}"
+            sel = [Signal(name=f"{t}_sel{j}") for j in range(len(pending))]
+            for j, p in enumerate(pending):
+                m.d.comb += sel[j].eq(p["valid"] & (p["unit"] == u))
+            x = {k: Signal.like(v, name=f"{t}_{k}") for k, v in pending[0]["pend"].items()}
+            for k in x:
+                taken = 0
+                for j, p in enumerate(pending):
+                    taken = taken | Mux(sel[j], p["pend"][k].as_unsigned(), 0)
+                m.d.comb += x[k].eq(taken)
+            # The block sum hi * 2**32 + lo as top * 2**32 + bot (bot in [0, 2**32)), then its sign
+            # and magnitude mt * 2**32 + mb, all in machine words. Above 2**64 the rounding takes
+            # mt alone with mb as sticky (24 bits are kept of at least 33), else the 64-bit
+            # magnitude: both give the block sum rounded once.
+            top = Signal(signed(_HI_BITS + 1), name=f"{t}_top")
+            bot = Signal(32, name=f"{t}_bot")
+            m.d.comb += [top.eq(x["hi"] + (x["lo"] >> 32)), bot.eq(x["lo"][:32])]
+            neg = Signal(name=f"{t}_neg")
+            mt = Signal(_HI_BITS, name=f"{t}_mt")
+            mb = Signal(32, name=f"{t}_mb")
+            m.d.comb += [
+                neg.eq(top < 0),
+                mt.eq(Mux(neg, Mux(bot != 0, ~top, -top), top)),
+                mb.eq(Mux(neg, -bot, bot)),
+            ]
+            wide = Signal(name=f"{t}_wide")
+            m.d.comb += wide.eq(mt[32:] != 0)
+            conv = round_to_fp32(m, Mux(wide, mt, Cat(mb, mt[:32])), neg, x["x"] + Mux(wide, 32, 0),
+                                 name=f"{t}_cvt", sticky_in=wide & (mb != 0))
+            r = Signal(32, name=f"{t}_r")
+            with m.If(x["nan"] | x["scale_nan"] | (x["pinf"] & x["ninf"])):
+                m.d.comb += r.eq(CANONICAL_NAN)
+            with m.Elif(x["pinf"]):
+                m.d.comb += r.eq(POS_INF)
+            with m.Elif(x["ninf"]):
+                m.d.comb += r.eq(POS_INF | (1 << 31))
+            with m.Else():
+                m.d.comb += r.eq(conv)
+            acc32_new = Signal(32, name=f"{t}_acc32_new")
+            summed = fp32_add(m, x["acc32"], r, name=f"{t}_add")
+            m.d.comb += acc32_new.eq(Mux(x["first_blk"], r, summed))
+            for j, p in enumerate(pending):
+                with m.If(sel[j]):
+                    m.d.sync += p["pend"]["acc32"].eq(acc32_new)
+            pending_out = [(sel[j], acc32_new) for j in range(len(pending))]
+            for j, (s, v) in enumerate(pending_out):
+                pending[j].setdefault("outs", []).append((s, v))
+        for j, p in enumerate(pending):
+            fp_res = p["pend"]["acc32"]
+            for s, v in p["outs"]:
+                fp_res = Mux(s, v, fp_res)
+            with m.If(p["last"]):
+                m.d.sync += res_row[j].eq(Mux(p["fmt"] == Format.INT8, p["int"], fp_res))

@@ -18,20 +18,42 @@ POS_INF = 0x7F800000
 
 
 def _msb_index(m: Module, x: Signal, name: str) -> Signal:
-    """Index of the highest set bit of ``x`` (0 when x == 0), as a priority encoder."""
-    idx = Signal(range(max(2, len(x))), name=name)
-    for i in range(len(x)):  # later assignments win: the highest set bit
-        with m.If(x[i]):
-            m.d.comb += idx.eq(i)
+    """Index of the highest set bit of ``x`` (0 when x == 0), as a priority encoder built as a
+    tree: each level asks whether the upper half of what is left has a bit set and keeps that
+    half if so (log2 levels of muxes, instead of a chain of one test per bit that a simulator
+    walks bit by bit every cycle)."""
+    n = max(2, len(x))
+    levels = (n - 1).bit_length()
+    v = Signal(1 << levels, name=f"{name}_v")
+    m.d.comb += v.eq(x)
+    bits = []
+    for lvl in range(levels):
+        half = 1 << (levels - 1 - lvl)
+        upper = Signal(name=f"{name}_l{lvl}")
+        m.d.comb += upper.eq(v[half:2 * half] != 0)
+        nxt = Signal(half, name=f"{name}_v{lvl}")
+        m.d.comb += nxt.eq(Mux(upper, v[half:2 * half], v[:half]))
+        bits.append(upper)
+        v = nxt
+    idx = Signal(range(n), name=name)
+    m.d.comb += idx.eq(Cat(*reversed(bits)))
     return idx
 
 
-def round_to_fp32(m: Module, mag, neg, exp2, name: str = "cvt", nearest: bool = True):
+def round_to_fp32(m: Module, mag, neg, exp2, name: str = "cvt", nearest: bool = True, sticky_in=None):
     """fp32 bits of ``(-1)**neg * mag * 2**exp2`` rounded to nearest even (``nearest=False``:
     truncated toward zero, the rounding increment left out: only a defect builds that).
 
     ``mag`` is an unsigned integer Value, ``exp2`` a signed Value. An exact zero gives +0; a
     result at or beyond 2**128 * (1 - 2**-25) gives Inf.
+
+    ``sticky_in``: the true magnitude is ``mag`` plus a nonzero fraction below its last bit
+    (bits shifted out before, known nonzero). Only valid where the result's last place lies
+    above ``mag``'s last bit, which holds whenever ``mag >= 2**25`` (the caller's promise): the
+    fraction then only decides ties.
+
+    Every shift is a right shift or stays within 55 bits, so for ``mag`` of up to 64 bits a
+    simulator evaluates it in machine words.
     """
     w = len(mag)
     mag_s = Signal(w, name=f"{name}_mag")
@@ -47,19 +69,24 @@ def round_to_fp32(m: Module, mag, neg, exp2, name: str = "cvt", nearest: bool = 
     q = Signal(26, name=f"{name}_q")
     rnd = Signal(name=f"{name}_round")
     sticky = Signal(name=f"{name}_sticky")
+    extra = Const(0) if sticky_in is None else sticky_in
     big = w + 2
     with m.If(r <= 0):
-        m.d.comb += q.eq((mag_s << (-r).as_unsigned()[:5])[:26])
+        # r >= p - 23 >= -23 and p <= 23 here (lsb <= e2 needs p <= 23, or the -149 floor with a
+        # smaller p): mag < 2**24 and the left shift leaves it below 2**24
+        m.d.comb += q.eq((mag_s[:24] << (-r).as_unsigned()[:5])[:26])
     with m.Elif(r >= big):
-        m.d.comb += [q.eq(0), rnd.eq(0), sticky.eq(mag_s != 0)]
+        m.d.comb += [q.eq(0), rnd.eq(0), sticky.eq((mag_s != 0) | extra)]
     with m.Else():
         ru = r.as_unsigned()[: (big - 1).bit_length()]
         ru1 = Signal(len(ru), name=f"{name}_ru1")
         m.d.comb += ru1.eq(ru - 1)
+        below = Signal(w, name=f"{name}_below")  # ru1 ones: the bits under the rounding bit
+        m.d.comb += below.eq(Const((1 << w) - 1, w) >> (w - ru1)[:len(ru)])
         m.d.comb += [
             q.eq((mag_s >> ru)[:26]),
             rnd.eq((mag_s >> ru1)[0]),
-            sticky.eq((mag_s & ((Const(1, w + 1) << ru1) - 1)[:w]) != 0),
+            sticky.eq(((mag_s & below) != 0) | extra),
         ]
     qr = Signal(26, name=f"{name}_qr")
     m.d.comb += qr.eq(q + (rnd & (sticky | q[0])) if nearest else q)

@@ -43,6 +43,19 @@ class _Cvt(wiring.Component):
         return m
 
 
+class _CvtSticky(wiring.Component):
+    mag: In(64)
+    neg: In(1)
+    e2: In(signed(13))
+    sticky: In(1)
+    y: Out(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.y.eq(round_to_fp32(m, self.mag, self.neg, self.e2, sticky_in=self.sticky))
+        return m
+
+
 def _run(dut, cases, setter):
     out = []
 
@@ -122,6 +135,29 @@ def test_round_to_fp32_matches_exact_rounding():
         cases.append((mag % (1 << 80), int(rng.integers(0, 2)), int(rng.integers(-300, 200))))
     got = _run(_Cvt(), cases, lambda ctx, d, c: (ctx.set(d.mag, c[0]), ctx.set(d.neg, c[1]), ctx.set(d.e2, c[2])))
     bad = [(c, hex(g), hex(_ref_round(*c))) for c, g in zip(cases, got) if g != _ref_round(*c)]
+    assert not bad, f"{len(bad)} of {len(cases)} wrong (seed {SEED}), first: {bad[:5]}"
+
+
+def test_round_to_fp32_with_a_sticky_fraction_rounds_the_whole_value():
+    """``sticky_in``: the magnitude is mag + a nonzero fraction (mag >= 2**25, the promise):
+    the same bits as rounding mag + 2**-8 exactly, ties included (a tie with the fraction set is
+    no tie)."""
+    rng = np.random.default_rng([SEED, 35])
+    cases = []
+    for _ in range(1500):
+        bits = int(rng.integers(26, 65))
+        mag = (1 << (bits - 1)) | (int(rng.integers(0, 2**63)) >> (64 - bits))
+        if rng.integers(0, 3) == 0:  # an exact tie below the last place, with or without the fraction
+            cut = bits - 25
+            mag = (mag >> cut << cut) | (1 << (cut - 1))
+        cases.append((mag, int(rng.integers(0, 2)), int(rng.integers(-300, 120)), int(rng.integers(0, 2))))
+    got = _run(_CvtSticky(), cases, lambda ctx, d, c: (ctx.set(d.mag, c[0]), ctx.set(d.neg, c[1]), ctx.set(d.e2, c[2]),
+                                                      ctx.set(d.sticky, c[3])))
+
+    def ref(mag, neg, e2, sticky):
+        return _ref_round((mag << 8) | sticky, neg, e2 - 8)
+
+    bad = [(c, hex(g), hex(ref(*c))) for c, g in zip(cases, got) if g != ref(*c)]
     assert not bad, f"{len(bad)} of {len(cases)} wrong (seed {SEED}), first: {bad[:5]}"
 
 
