@@ -22,7 +22,7 @@ from rtl.config import ChipConfig
 from rtl.csr_map import ID_MAGIC, PERF_COUNTERS, REG, SEMAPHORES, UNITS_THAT_WAIT, register
 from rtl.dram import DRAM_INSTANCE, ROW_BYTES
 from rtl.dram_array import ARRAY_VAR
-from rtl.isa import ErrCode, Opcode, unpack_command
+from rtl.isa import ErrCode, Opcode, feed_cycles, unpack_command
 from rtl.memories import MEMORIES, Region, memory
 from rtl.revisions import revision_name
 
@@ -167,6 +167,7 @@ class Device:
         self.tb = tb
         self.timing = HostTiming()
         self._tail = 0
+        self._ring_feed: list[int] = []  # per ring entry: feed_cycles of the command written there
         self.history: deque[tuple[int, dict]] = deque(maxlen=self.HISTORY)
         self.config: ChipConfig | None = None
         self.board: BoardConfig | None = None  # the DRAM, from DRAM0/DRAM1
@@ -368,6 +369,9 @@ class Device:
         if self._filter is not None and not self._filter_suspended:
             commands = self._filter(commands)
         depth = self.config.cmdq_depth
+        if len(self._ring_feed) != depth:
+            self._ring_feed = [0] * depth
+        min_feed = self.config.min_matmul_cycles
         budget = self.default_budget() if budget_cycles is None else budget_cycles
         head = None  # the chip's CMDQ_HEAD as last read
         i = 0
@@ -390,12 +394,20 @@ class Device:
                         raise DeviceTimeout(f"watchdog: the chip took no command from the ring for {budget} cycles"
                                             "\n" + self.format_dump(dump), dump)
                     # sleep about as long as the chip needs to free `want` entries at its last rate
-                    # (one poll per ring-eighth instead of a doubling series of reads)
+                    # (one poll per ring-eighth instead of a doubling series of reads), but never
+                    # longer than half what the queued MATMULs guarantee the chip is busy: a
+                    # stretch of quick commands after slow ones would drain the ring before the
+                    # rate noticed (the ring once ran dry near the end of a 256^3 GEMM)
                     cycles = 64 if not rate else int((want - free) / rate)
+                    guard = self._queued_feed_cycles(head) // 2
+                    if guard:
+                        cycles = min(cycles, guard)
                     await self._timed(self.tb.wait_cycles(min(max(cycles, 16), 1 << 16)))
                     continue
             chunk = commands[i:i + free]
             first = self._tail
+            for j, c in enumerate(chunk):
+                self._ring_feed[(first + j) % depth] = feed_cycles(c, min_feed)
             n1 = min(len(chunk), depth - first)
             self.load_words(Region.CMDQ, first, chunk[:n1])
             if n1 < len(chunk):
@@ -405,6 +417,15 @@ class Device:
             self._tail = (first + len(chunk)) % depth
             await self.write_csr("CMDQ_TAIL", self._tail)
             i += len(chunk)
+
+    def _queued_feed_cycles(self, head: int) -> int:
+        """Engine feed cycles of the MATMULs in the ring after the chip's head, but the first (it
+        may be issuing now): the chip cannot drain the ring faster than that."""
+        depth = len(self._ring_feed)
+        n = (self._tail - head) % depth
+        idx = [(head + j) % depth for j in range(n)]
+        feeds = [self._ring_feed[j] for j in idx if self._ring_feed[j]]
+        return sum(feeds) - (feeds[0] if feeds else 0)
 
     async def run(self, commands: Sequence[int], budget_cycles: int | None = None) -> None:
         await self.submit(commands, budget_cycles)

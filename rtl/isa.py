@@ -224,6 +224,20 @@ def opcode_of(cmd: int) -> int:
     return (cmd >> f.offset) & ((1 << f.width) - 1)
 
 
+_OP_OFF, _OP_W = _FIELDS["opcode"]
+_LEN_OFF, _LEN_W = _FIELDS["length"]
+
+
+def feed_cycles(cmd: int, min_matmul_cycles: int) -> int:
+    """Cycles a command holds the matrix engine's feed: ``max(K, min_matmul_cycles)`` for a
+    MATMUL (docs/chip.md), 0 for any other command. The command stream issues in order and a
+    MATMUL issues only when the feed is free, so the MATMULs queued in the ring are a lower
+    bound on how long the chip takes to drain it (the host's refill uses it)."""
+    if (cmd >> _OP_OFF) & ((1 << _OP_W) - 1) != Opcode.MATMUL:
+        return 0
+    return max((cmd >> _LEN_OFF) & ((1 << _LEN_W) - 1), min_matmul_cycles)
+
+
 def _unpack(layout, word: int) -> dict:
     out = {}
     for name, field in layout:

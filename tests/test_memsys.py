@@ -44,3 +44,20 @@ def test_an_impossible_wait_trips_the_watchdog_with_a_readable_dump(sim, tmp_pat
     text = run_job(jobs.impossible_wait_job, {}, variant=SMALL, sim=sim, work_dir=tmp_path).value
     assert text.startswith("watchdog:"), text
     assert "the DMA load queue waits on semaphore 5 (count 0)" in text, text
+
+
+def test_the_host_keeps_the_command_ring_fed(tmp_path):
+    """A GEMM's cycles do not depend on the ring's depth: a 256^3 GEMM streams 33k commands
+    through a 1024-entry ring while the chip runs, and its cycles equal those of a ring that holds
+    the whole stream at once. The host sleeps between refills by the rate it measured; near the end
+    of this GEMM a stretch of quick commands once drained the ring before the host came back (8k
+    cycles lost). The refill now never sleeps past half the feed time of the MATMULs still queued."""
+    from firstlight.jobs.kernels import gemm_job
+
+    cycles = {}
+    for depth in (1024, 65536):
+        v = Variant(config=ChipConfig(formats=("int8",), vector=False, cmdq_depth=depth), revision="B1")
+        r = run_job(gemm_job, {"m": 256, "n": 256, "k": 256, "seed": 1}, variant=v, work_dir=tmp_path / str(depth))
+        assert r.value["passed"]
+        cycles[depth] = r.value["stats"]["cycles"]
+    assert cycles[1024] == cycles[65536], f"a 1024-entry ring cost {cycles[1024] - cycles[65536]:,} cycles: {cycles}"
