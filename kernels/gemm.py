@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the protocol of the device surface a kernel uses
     from cosim.buffers import Buffer
     from cosim.device import KernelDevice
 
-__all__ = ["GemmPlan", "GemmBuffers", "plan_gemm", "plan_for", "gemm", "prepare_operands", "run_tile_groups",
+__all__ = ["GemmPlan", "GemmBuffers", "tail_lead", "plan_gemm", "plan_for", "gemm", "prepare_operands", "run_tile_groups",
            "gemm_stream", "stage_operands", "read_tiles", "plan_traffic", "gemm_compulsory_bytes",
            "check_gemm_operands", "new_host_counts", "GEMM_UNITS"]
 
@@ -52,6 +52,14 @@ _SIM_S_PER_CYCLE = 1e-6
 # The share of the DRAM roof a streaming DMA reaches (measured: M=4, N=K=512 runs at 0.94 of it):
 # the planner prefers a plan with less traffic over one that would only just fit under the roof.
 _DMA_EFFICIENCY = 0.9
+
+
+def tail_lead(na: int, nb: int, load_bytes: float, step: int, bytes_per_cycle: float) -> int:
+    """Rows of a group's second-to-last chunk that run before its last chunk's rows join in
+    (gemm_stream interleaves the two): the last chunk's first row runs after ``lead + 1`` rows of
+    MATMULs, which cover its ``load_bytes`` at the DRAM's rate. Measured on 256^3: one row more
+    or fewer, or counting the DRAM latency too, is slower."""
+    return max(0, min(na, math.ceil(load_bytes / bytes_per_cycle / (nb * step)) - 1))
 
 
 @dataclass(frozen=True)
@@ -86,9 +94,11 @@ class GemmPlan:
         """Schedule model of the DMA-fed stream (gemm_stream), per group:
 
         * double-buffered: the slower of the group's MATMULs and its DRAM traffic, plus the part
-          of its C stores that their window cannot hide (the window: the group's last chunk and
-          the next group's first, which share the DRAM with two chunks of loads; for the last
-          group only its last chunk);
+          of its C stores that their window cannot hide. The window opens when the first tile row
+          is complete (``tail_lead`` + 2 rows into the second-to-last chunk, with two or more
+          chunks; a row into the last one with one) and ends with the next group's first chunk;
+          the stores share it with two chunks of loads. For the last group it ends with its own
+          last chunk;
         * single-buffered: every chunk's load, then its MATMULs, plus the same exposed stores.
         """
         R, C = config.rows, config.cols
@@ -113,7 +123,12 @@ class GemmPlan:
                     continue
                 if self.nbuf == 2:
                     busy = max(compute, (chunk_load * self.chunks + stores) / bw)
-                    window, demand = (chunk, stores) if last else (2 * chunk, stores + 2 * chunk_load)
+                    row = nb * step
+                    if self.chunks >= 2:
+                        tail = 2 * chunk - (tail_lead(na, nb, chunk_load, step, bytes_per_cycle) + 1) * row
+                    else:
+                        tail = chunk - row
+                    window, demand = (tail, stores) if last else (tail + chunk, stores + 2 * chunk_load)
                 else:
                     busy = self.chunks * (chunk_load / bw + latency + chunk)
                     window, demand = chunk, stores
@@ -319,7 +334,8 @@ GroupTail = Callable[[int, int, int, int, int, Ledger, GemmBuffers], list]
 
 
 def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints: GemmConstraints, *,
-                fmt: Format = Format.INT8, group_tail: GroupTail | None = None) -> list[int]:
+                fmt: Format = Format.INT8, group_tail: GroupTail | None = None,
+                bytes_per_cycle: float = 1.0) -> list[int]:
     """The whole GEMM as one command stream (docs/kernels.md, "The DMA-fed GEMM").
 
     Per K chunk: 2D loads of the group's A and B panels (and scales) into one of two operand
@@ -329,6 +345,11 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
     group's last chunk the last MATMUL of each tile row signals C_READY and that tile row is
     stored at once; the next group's first MATMUL on an accumulator slot waits for the store that
     empties it (C_FREE). With one buffer (``plan.nbuf == 1``) loads and MATMULs take turns.
+
+    Double-buffered, a group's last two chunks are interleaved by tile row once the last one's
+    operands have had time to arrive (at ``bytes_per_cycle``, the board's DRAM bandwidth): its
+    tile rows then complete from early in the second-to-last chunk and their stores use the DRAM
+    while the MATMULs go on, instead of all queueing up at the group's end.
 
     Groups go in snake order (along N, then back) and, for int8, every other group walks K
     backwards, so two groups in a row share their boundary chunk's A or B panels: that operand is
@@ -374,6 +395,16 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
         load_b.append(not same_b)
         a_buf.append(a_buf[-1] if same_a else (a_buf[-1] + 1) % nbuf if idx else 0)
         b_buf.append(b_buf[-1] if same_b else (b_buf[-1] + 1) % nbuf if idx else 0)
+
+    def lead_of(idx: int) -> int | None:
+        """:func:`tail_lead` when chunk ``idx`` is its group's second-to-last chunk of a
+        double-buffered plan, else None."""
+        if nbuf != 2 or idx + 1 >= len(chunks) or not chunks[idx + 1][4] or chunks[idx][4]:
+            return None
+        g, _ci, _k0, kc, _last = chunks[idx + 1]
+        _gi, _gj, na, nb = groups[g]
+        load_bytes = (na * R if load_a[idx + 1] else 0) * kc + (nb * C if load_b[idx + 1] else 0) * kc
+        return tail_lead(na, nb, load_bytes, max(chunks[idx][3], cfg.min_matmul_cycles), bytes_per_cycle)
 
     led = Ledger()
     out: list[int] = []
@@ -427,54 +458,64 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
     frees_needed = [i + nbuf < len(chunks) for i in range(len(chunks))]
     prev_stores: tuple[int, int] | None = None  # (tile rows, tiles per row) of the group before
     waited = 0
-    if nbuf == 2:
-        loads(0)
-    for idx, (g, ci, k0, kc, last) in enumerate(chunks):
+
+    def row(idx: int, p: int) -> None:
+        """The MATMULs of tile row ``p`` of chunk ``idx`` (and, in the group's last chunk, the
+        row's store)."""
+        nonlocal waited, epi_wait
+        g, ci, k0, kc, last = chunks[idx]
         gi, gj, na, nb = groups[g]
+        ab, bb = a_buf[idx], b_buf[idx]
+        if stale:  # FL-ME-002: a gap before every panel change, the chunk's first included
+            out.append(_FENCE)
+        for q in range(nb):
+            slot = p * nb + q
+            wait = None
+            if ci == 0 and prev_stores is not None:
+                pna, pnb = prev_stores
+                need = min(pna - 1, (slot * R + R - 1) // (pnb * R))
+                while waited <= need:
+                    sem = led.queue_wait(SEM["C_FREE"])  # signalled by a store queued earlier
+                    if wait is None:
+                        wait = sem
+                    else:
+                        out.append(nop(wait=sem))
+                    waited += 1
+            sig = sig2 = None
+            if q == nb - 1 and p == na - 1 and frees_needed[idx]:
+                sig = SEM["FREE"]
+            if last and q == nb - 1 and epi_base is None:
+                sig2 = SEM["C_READY"]
+            scales = {"sa": ab * cap_s + p * spp, "sb": bb * cap_s + q * spp} if fp else {}
+            out.append(matmul(a=ab * cap_a + p * a_stride, b=bb * cap_b + q * plan.kc, c=slot * R, k=kc,
+                              accumulate=ci > 0, fmt=fmt, wait=wait, signal=sig, signal2=sig2, **scales))
+            led.signal(sig, sig2)
+            if last and q == nb - 1 and epi_base is not None:  # the epilogue, then C_READY
+                w = led.stream_wait(epi_wait) if epi_wait is not None else None
+                epi_wait = None
+                out.extend(epilogue_vecs(range(p * nb, p * nb + nb), R, epi_base + gj, epi_base + plan.tn + gj,
+                                         signal=SEM["C_READY"], wait=w))
+                led.signal(SEM["C_READY"])
+            if last and q == nb - 1:  # this tile row is complete: store it while the rest computes
+                more = g + 1 < len(groups)
+                out.append(dma_store(sram=p * nb * R, dram=bufs.c.addr + ((gi + p) * plan.tn + gj) * R * acc_wb,
+                                     words=nb * R, wait=led.queue_wait(SEM["C_READY"]),
+                                     signal=SEM["C_FREE"] if more else None))
+                if more:
+                    led.signal(SEM["C_FREE"])
+
+    def start(idx: int) -> None:
+        """Queue the loads one chunk ahead and wait for this chunk's operands."""
         if nbuf == 2 and idx + 1 < len(chunks):
             loads(idx + 1)
         elif nbuf == 1:
             loads(idx)
         out.append(nop(wait=led.stream_wait(SEM["LOADED"])))
-        ab, bb = a_buf[idx], b_buf[idx]
-        for p in range(na):
-            if stale:  # FL-ME-002: a gap before every panel change, the chunk's first included
-                out.append(_FENCE)
-            for q in range(nb):
-                slot = p * nb + q
-                wait = None
-                if ci == 0 and prev_stores is not None:
-                    pna, pnb = prev_stores
-                    need = min(pna - 1, (slot * R + R - 1) // (pnb * R))
-                    while waited <= need:
-                        sem = led.queue_wait(SEM["C_FREE"])  # signalled by a store queued earlier
-                        if wait is None:
-                            wait = sem
-                        else:
-                            out.append(nop(wait=sem))
-                        waited += 1
-                sig = sig2 = None
-                if q == nb - 1 and p == na - 1 and frees_needed[idx]:
-                    sig = SEM["FREE"]
-                if last and q == nb - 1 and epi_base is None:
-                    sig2 = SEM["C_READY"]
-                scales = {"sa": ab * cap_s + p * spp, "sb": bb * cap_s + q * spp} if fp else {}
-                out.append(matmul(a=ab * cap_a + p * a_stride, b=bb * cap_b + q * plan.kc, c=slot * R, k=kc,
-                                  accumulate=ci > 0, fmt=fmt, wait=wait, signal=sig, signal2=sig2, **scales))
-                led.signal(sig, sig2)
-                if last and q == nb - 1 and epi_base is not None:  # the epilogue, then C_READY
-                    wait = led.stream_wait(epi_wait) if epi_wait is not None else None
-                    epi_wait = None
-                    out.extend(epilogue_vecs(range(p * nb, p * nb + nb), R, epi_base + gj, epi_base + plan.tn + gj,
-                                             signal=SEM["C_READY"], wait=wait))
-                    led.signal(SEM["C_READY"])
-                if last and q == nb - 1:  # this tile row is complete: store it while the rest computes
-                    more = g + 1 < len(groups)
-                    out.append(dma_store(sram=p * nb * R, dram=bufs.c.addr + ((gi + p) * plan.tn + gj) * R * acc_wb,
-                                         words=nb * R, wait=led.queue_wait(SEM["C_READY"]),
-                                         signal=SEM["C_FREE"] if more else None))
-                    if more:
-                        led.signal(SEM["C_FREE"])
+
+    def finish(idx: int) -> None:
+        nonlocal prev_stores, waited
+        g, ci, _k0, _kc, last = chunks[idx]
+        gi, gj, na, nb = groups[g]
         if ci == 0 and prev_stores is not None:
             while waited < prev_stores[0]:  # stores of the group before this one not waited for yet
                 out.append(nop(wait=led.queue_wait(SEM["C_FREE"])))
@@ -484,6 +525,38 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
             if group_tail is not None:
                 out.extend(group_tail(g, gi, gj, na, nb, led, bufs))
             prev_stores, waited = (na, nb), 0
+
+    if nbuf == 2:
+        loads(0)
+    idx = 0
+    while idx < len(chunks):
+        g, ci, _k0, _kc, last = chunks[idx]
+        na = groups[g][2]
+        lead = lead_of(idx)
+        if lead is None:
+            start(idx)
+            for p in range(na):
+                row(idx, p)
+            finish(idx)
+            idx += 1
+            continue
+        # The group's last two chunks, interleaved: `lead` rows of the second-to-last chunk (while
+        # the last chunk's operands arrive), then a row of each, so that a tile row is complete
+        # every two rows of MATMULs from early on and its store overlaps the rest: stores that
+        # started only in the last chunk, at one row per row of MATMULs, held the next group up
+        # (each tile row's store takes twice as long as its MATMULs at the default ridge point).
+        # Every tile still accumulates its chunks in K order.
+        start(idx)
+        for p in range(lead):
+            row(idx, p)
+        start(idx + 1)
+        for j in range(na):
+            if lead + j < na:
+                row(idx, lead + j)
+            row(idx + 1, j)
+        finish(idx)
+        finish(idx + 1)
+        idx += 2
     out.extend(led.drain())
     return out
 
@@ -516,8 +589,8 @@ async def run_tile_groups(dev, plan: GemmPlan, a_words, b_words, out: np.ndarray
     """
     bufs = stage_operands(dev, plan, a_words, b_words, fp, scratch_bytes, epilogue_words)
     fmt = Format.INT8 if fp is None else fp[0]
-    stream = gemm_stream(dev.config, plan, bufs, constraints, fmt=fmt,
-                         group_tail=group_tail)
+    stream = gemm_stream(dev.config, plan, bufs, constraints, fmt=fmt, group_tail=group_tail,
+                         bytes_per_cycle=dev.board.bytes_per_cycle)
     host["commands"] += len(stream)
     host["bytes_staged"] = host.get("bytes_staged", 0) + bufs.a.nbytes + bufs.b.nbytes
     limit = _budget(dev.config, dev.board, plan, budget)

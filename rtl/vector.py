@@ -121,8 +121,9 @@ def _requant(m: Module, a, p, name: str):
 
 def _lane(m: Module, op: Signal, a, b, name: str, defects: frozenset[Defect] = frozenset(), e5m2=0):
     """One lane: every op's result, and the one ``op`` selects."""
-    add = fp32_add(m, a, b, name=f"{name}_add")
-    sub = fp32_add(m, a, b ^ (1 << 31), name=f"{name}_sub")
+    # one adder for FADD, FSUB and EXPSUB's difference: b's sign flipped for the subtractions
+    negate_b = (op == VecOp.FSUB) | (op == VecOp.EXPSUB)
+    add = sub = fp32_add(m, a, b ^ Mux(negate_b, 1 << 31, 0), name=f"{name}_add")
     # Defect VECTOR_EXPSUB_UNROUNDED: the fused path has a subtractor of its own, tapped before
     # the rounding increment
     exp_sub = (fp32_add(m, a, b ^ (1 << 31), name=f"{name}_xsub", nearest=False)

@@ -312,7 +312,7 @@ def test_performance_verdict_names_the_term_that_grew():
     assert "the schedule model predicts" in good.sentence() and "grew" not in good.sentence()
     from firstlight.bringup.report import _key_figure
 
-    assert _key_figure({"figures": good.figures()}) == f"{164_345 / predicted:.2f}x the schedule model (fails past {TOLERANCE:.2f}x)"
+    assert _key_figure({"figures": good.figures()}) == f"{round(164_345 / predicted, 3):.2f}x the schedule model (fails past {TOLERANCE:.2f}x)"
     edge = math.floor(TOLERANCE * predicted)
     assert compare(_gemm_stats(cycles=edge), cfg, board).passed
     assert not compare(_gemm_stats(cycles=edge + 1), cfg, board).passed
