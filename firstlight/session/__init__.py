@@ -329,14 +329,14 @@ class Session:
                f"rev {getattr(self, 'revision', '?')}, {state}>"
 
     # ---- one call --------------------------------------------------------------------------------
-    def call(self, op: str, arrays: dict[str, np.ndarray] | None = None, **args):
+    def call(self, request: str, arrays: dict[str, np.ndarray] | None = None, /, **args):
         """One request: ``(values dict, arrays dict, KernelStats or None)``. The typed methods
         below are what users call; this is their one path."""
         with self._lock:
             if self._closed:
                 raise SessionClosed("this session is closed; open a new one with firstlight.open(...)")
             try:
-                send_message(self._sock, {"op": op, "args": args}, arrays)
+                send_message(self._sock, {"op": request, "args": args}, arrays)
                 reply, out = recv_message(self._sock)
             except KeyboardInterrupt:
                 self._closed = True  # the stream is mid-message: nothing more can be said on it
@@ -345,7 +345,7 @@ class Session:
             except (PeerClosed, OSError, ConnectionError) as e:
                 self._closed = True
                 _LIVE.discard(self)
-                err = self._ended_error(f"during {op}")
+                err = self._ended_error(f"during {request}")
                 raise err from e
             self.calls += 1
         if reply["ok"]:
@@ -363,7 +363,7 @@ class Session:
         if kind == "timeout":
             self.close()
             raise ChipTimeout(msg + "\n(the session is closed: the chip hung; open a new session)", reply.get("dump", {}))
-        raise SessionError(f"the session's request loop failed in {op}: {msg}\n{reply.get('traceback', '')}")
+        raise SessionError(f"the session's request loop failed in {request}: {msg}\n{reply.get('traceback', '')}")
 
     # ---- kernels -------------------------------------------------------------------------------
     def gemm(self, a: np.ndarray, b: np.ndarray, *, k_chunk: int | None = None, budget_cycles: int | None = None,

@@ -21,6 +21,7 @@ import json
 import socket
 import struct
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["PeerClosed", "send_message", "recv_message", "MAX_HEADER"]
@@ -41,10 +42,22 @@ def _jsonable(o):
     return str(o)
 
 
+def _dtype_name(dt: np.dtype) -> str:
+    """numpy's own spelling (byte order included), or the ml_dtypes type's name (float8_e4m3fn,
+    ...), which numpy spells as anonymous bytes."""
+    if dt.kind == "V" and dt.names is None and hasattr(ml_dtypes, dt.name):
+        return dt.name
+    return dt.str
+
+
+def _dtype(name: str) -> np.dtype:
+    return np.dtype(getattr(ml_dtypes, name)) if hasattr(ml_dtypes, name) else np.dtype(name)
+
+
 def send_message(sock: socket.socket, header: dict, arrays: dict[str, np.ndarray] | None = None) -> None:
     """Send ``header`` (JSON-able) and ``arrays`` (name -> ndarray) as one message."""
-    arrays = {k: np.ascontiguousarray(v) for k, v in (arrays or {}).items()}
-    desc = [{"name": k, "dtype": v.dtype.str, "shape": list(v.shape), "nbytes": v.nbytes} for k, v in arrays.items()]
+    arrays = {k: np.require(v, requirements="C") for k, v in (arrays or {}).items()}  # 0-d stays 0-d
+    desc = [{"name": k, "dtype": _dtype_name(v.dtype), "shape": list(v.shape), "nbytes": v.nbytes} for k, v in arrays.items()]
     body = json.dumps({**header, "arrays": desc}, default=_jsonable).encode()
     sock.sendall(_LEN.pack(len(body)) + body)
     for v in arrays.values():
@@ -73,7 +86,7 @@ def recv_message(sock: socket.socket) -> tuple[dict, dict[str, np.ndarray]]:
     header = json.loads(body)
     arrays = {}
     for d in header.pop("arrays", []):
-        arr = np.empty(d["shape"], np.dtype(d["dtype"]))
+        arr = np.empty(d["shape"], _dtype(d["dtype"]))
         if arr.nbytes != d["nbytes"]:
             raise ConnectionError(f"array {d['name']!r}: {d['nbytes']} bytes announced for {arr.nbytes}")
         if arr.nbytes:
