@@ -1,6 +1,6 @@
 """PyTorch on the simulated chip (the ``firstlight[torch]`` extra: ``torch==2.13.0``).
 
-* :mod:`.ops`: ``torch.ops.firstlight.*`` custom operators (eager), bound to a session;
+* :mod:`.operators`: ``torch.ops.firstlight.*`` custom operators (eager), bound to a session;
 * :mod:`.compile`: :func:`backend`, a ``torch.compile`` backend that maps the graph's operators
   to the chip, runs the rest on the CPU and keeps an operator coverage table;
 * :mod:`.models`: the digits MLP and the transformer encoder block, evaluated per recipe.
@@ -14,7 +14,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
     raise ImportError("firstlight.torch needs PyTorch: pip install 'firstlight[torch]' (torch==2.13.0 exactly: "
                       "the CPU build of that version installs offline here; others pull a CUDA build)") from e
 
-from .ops import OPS, ChipOps, attention_recipe_for, handle, ledger, ops
+from .operators import OPS, ChipOps, attention_recipe_for, handle, ledger, ops
 
 __all__ = ["OPS", "ChipOps", "attention_recipe_for", "handle", "ledger", "ops", "backend"]
 
