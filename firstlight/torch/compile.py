@@ -55,7 +55,7 @@ LAYOUT_OPS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default
 """Operators that move no arithmetic (views, copies, tuple access): CPU, outside the counts."""
 
 NO_KERNEL_REASONS = {
-    aten.embedding.default: "a gather by index: no arithmetic, and the chip has no indexed load",
+    aten.embedding.default: "a gather (no arithmetic; the chip has no indexed load)",
 }
 
 
