@@ -193,6 +193,8 @@ CHIP_OPS: dict = {
     aten.relu.default: _plan_unary(flops.relu), aten.gelu.default: _plan_unary(flops.gelu, need_tanh=True),
     aten.silu.default: _plan_unary(flops.silu), aten.add.Tensor: _plan_binary(flops.add),
     aten.sub.Tensor: _plan_binary(flops.sub), aten.mul.Tensor: _plan_binary(flops.mul),
+    aten.add.Scalar: _plan_binary(flops.add), aten.sub.Scalar: _plan_binary(flops.sub),
+    aten.mul.Scalar: _plan_binary(flops.mul),
     torch.ops.firstlight.rms_norm.default: _plan_custom,
 }
 """The ATen operators (and pre-pass operators) with a chip kernel, and their planners."""
