@@ -350,6 +350,9 @@ def fake_jobs(monkeypatch):
                                build=SimpleNamespace(build_s=0.5, cache_hit=True), waves=None)
 
     monkeypatch.setattr(jobs, "run_job", run_job)
+    from firstlight.cli import bench_session  # bench's session table opens a real session: none here
+
+    monkeypatch.setattr(bench_session, "print_session_overhead", lambda *a, **k: True)
     for mod in (bench, bringup, errata, numerics, run):
         monkeypatch.setattr(mod, "require_sim", lambda name: None, raising=False)
     return calls

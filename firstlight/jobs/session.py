@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import traceback
 
 import numpy as np
@@ -188,6 +189,7 @@ async def serve_session(dev, emit, address: str, token: str, errata_policy: dict
                                     "message": f"unknown session request {op!r}; known: {', '.join(OPS)}"})
                 continue
             served += 1
+            t0 = time.perf_counter()
             try:
                 values, out, st = await handler(dev, mit, arrays, **req.get("args", {}))
             except DeviceTimeout as e:
@@ -205,6 +207,7 @@ async def serve_session(dev, emit, address: str, token: str, errata_policy: dict
                 send_message(sock, {"ok": False, "kind": "exception", "message": f"{type(e).__name__}: {e}",
                                     "traceback": traceback.format_exc()})
                 continue
-            send_message(sock, {"ok": True, "value": values, "stats": None if st is None else _stats(st)}, out)
+            send_message(sock, {"ok": True, "value": values, "stats": None if st is None else _stats(st),
+                                "handler_s": time.perf_counter() - t0}, out)
     finally:
         sock.close()

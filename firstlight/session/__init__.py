@@ -161,6 +161,9 @@ class Session:
         The simulator process.
     calls : int
         Calls served so far.
+    last_handler_s : float or None
+        Wall time the last call spent in the simulator process's handler (the kernel, its host
+        side included); a round trip minus this is the session's own overhead.
     """
 
     def __init__(self, *, rev="A0", sim="verilator", array="4x4", config=None, formats=None, vector=None,
@@ -182,6 +185,7 @@ class Session:
         self._outcome: dict = {}
         self._closed = False
         self.calls = 0
+        self.last_handler_s: float | None = None
         self.pid = self.pgid = None
         self._work_given = work_dir is not None
         self._work = Path(work_dir) if work_dir else None
@@ -348,6 +352,7 @@ class Session:
                 err = self._ended_error(f"during {request}")
                 raise err from e
             self.calls += 1
+            self.last_handler_s = reply.get("handler_s")
         if reply["ok"]:
             stats = None
             if reply.get("stats") is not None:
