@@ -265,7 +265,7 @@ def test_simulator_choices_come_from_the_toolchain():
             if {"--sim", "--sims"} & set(action.option_strings):
                 assert tuple(action.choices) == SIMULATORS, path
                 seen.append(path)
-    assert len(seen) == 15, seen  # run gemm/reduce/softmax/silu/gelu/layernorm/rmsnorm/attention, bench, bringup, faults campaign, numerics, errata check/measure, roofline
+    assert len(seen) == 16, seen  # run gemm/reduce/softmax/silu/gelu/layernorm/rmsnorm/attention, bench, bringup, faults campaign, numerics, errata check/measure, roofline, model
 
 
 def test_bringup_help_names_every_fault_form(capsys):
@@ -350,6 +350,9 @@ def fake_jobs(monkeypatch):
                                build=SimpleNamespace(build_s=0.5, cache_hit=True), waves=None)
 
     monkeypatch.setattr(jobs, "run_job", run_job)
+    from firstlight.cli import bench_session  # bench's session table opens a real session: none here
+
+    monkeypatch.setattr(bench_session, "print_session_overhead", lambda *a, **k: True)
     for mod in (bench, bringup, errata, numerics, run):
         monkeypatch.setattr(mod, "require_sim", lambda name: None, raising=False)
     return calls

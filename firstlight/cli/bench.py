@@ -85,6 +85,9 @@ def add_parser(subparsers) -> None:
     b.add_argument("--trace", type=Path, default=None, metavar="PATH",
                    help="record the trace buffer of every run and write each as a Chrome trace next to PATH "
                         "(PATH-<sim>-<shape>-<double|single>.json; open in ui.perfetto.dev)")
+    b.add_argument("--session-calls", type=int_at_least(0, "session calls"), default=20, metavar="N",
+                   help="per-call overhead of a session (firstlight.open): N 4x4x4 GEMM round trips per simulator "
+                        "(default: 20; 0: skip the table)")
 
 
 def _parse_shape(text: str) -> list[int]:
@@ -255,6 +258,10 @@ def cmd(args) -> int:
             "golden; SQNR vs float64; vector busy = vector + reduction unit cycles, which the engine does not overlap)",
             [h for h, _, _ in VECTOR_COLUMNS],
             [[fmt(r[k]) for _, k, fmt in VECTOR_COLUMNS] for r in vrows], keys=3))
+    if args.session_calls:  # issue 12: what one call through a session costs
+        from .bench_session import print_session_overhead
+
+        harness |= not print_session_overhead(variant, sims, args.session_calls, args.seed)
     if args.json:
         args.json.write_text(json.dumps(rows + vrows, indent=2))
     return EXIT_HARNESS_ERROR if harness else EXIT_FAIL if failed else EXIT_OK

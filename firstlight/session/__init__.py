@@ -1,0 +1,470 @@
+"""Sessions: one long-lived simulator process serving kernel calls from ordinary Python.
+
+::
+
+    import firstlight
+    with firstlight.open(rev="B0", array="4x4") as chip:
+        c, stats = chip.gemm(a, b)          # int8 numpy in, int32 numpy out, KernelStats
+        y, stats = chip.softmax(x)
+        print(chip.read_csr("STATUS"), chip.perf()["CYCLES"])
+
+:func:`open` builds the chip (cached), starts one simulator process and returns a
+:class:`Session`. The process runs :func:`firstlight.jobs.session.serve_session` through
+:func:`cosim.jobs.run_job`, the path every job takes, and each call awaits the same kernel
+function a ``firstlight run`` job awaits: there is one way to run a kernel. Arrays cross as raw
+buffers over a Unix socket (:mod:`firstlight.session.wire`).
+
+Errors:
+
+* :class:`SessionDied` (a :class:`cosim.build.HarnessError`): the simulator process ended under
+  the session (a crash, a kill): the message names its log and its last relevant lines. The
+  session is closed; open a new one.
+* :class:`ChipTimeout`: the watchdog expired; ``.dump`` holds the register dump. The session is
+  closed (a hung chip's state is unknown).
+* :class:`ChipError`: the chip set ERR; ``.dump`` holds the dump. The chip was soft-reset and the
+  session goes on.
+* ``ValueError`` / ``TypeError``: the kernel refused its arguments; the session goes on.
+
+Closing a session (or leaving the ``with`` block, or the interpreter exiting, or the caller's
+process being killed: the socket closes and the request loop returns) ends its simulator
+process. Two sessions are two processes and do not share anything.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from cosim.build import HarnessError
+
+from .wire import PeerClosed, recv_message, send_message
+
+__all__ = ["open", "Session", "SessionError", "SessionDied", "SessionClosed", "ChipTimeout", "ChipError"]
+
+
+class SessionError(HarnessError):
+    """The session's harness failed (not a verdict on the chip)."""
+
+
+class SessionDied(SessionError):
+    """The simulator process ended under the session. ``log``: its log (kept), ``returncode``."""
+
+    def __init__(self, message: str, log: Path | None = None, returncode: int | None = None):
+        super().__init__(message, log)
+        self.log, self.returncode = log, returncode
+
+
+class SessionClosed(SessionError):
+    """A call on a session that is closed (by the caller, a watchdog or its simulator's death)."""
+
+
+class ChipTimeout(RuntimeError):
+    """The chip's watchdog expired during a call; ``dump`` is the register dump."""
+
+    def __init__(self, message: str, dump: dict):
+        super().__init__(message)
+        self.dump = dump
+
+
+class ChipError(RuntimeError):
+    """The chip set ERR during a call; ``dump`` is the register dump (the chip was soft-reset)."""
+
+    def __init__(self, message: str, dump: dict):
+        super().__init__(message)
+        self.dump = dump
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:  # the interpreter is exiting: no simulator may outlive it
+    for s in list(_LIVE):
+        s.close(timeout_s=5.0)
+
+
+def _variant(rev: str, array, config, formats, vector, sram_depth, board):
+    from dataclasses import replace
+
+    from cosim.build import Variant
+    from rtl.board import BoardConfig
+    from rtl.config import ChipConfig
+    from rtl.revisions import REVISIONS
+
+    name = str(rev).strip().upper()
+    if name not in REVISIONS:
+        raise ValueError(f"unknown revision {rev!r}; known revisions: {', '.join(REVISIONS)}")
+    if config is None:
+        config = ChipConfig.parse_array(array) if isinstance(array, str) else ChipConfig()
+    elif not isinstance(config, ChipConfig):
+        raise TypeError(f"config must be an rtl.config.ChipConfig, not {type(config).__name__}")
+    if formats is not None:
+        config = replace(config, formats=tuple(formats))
+    if vector is not None:
+        config = replace(config, vector=bool(vector))
+    if sram_depth is not None:
+        config = replace(config, operand_depth=sram_depth, acc_depth=sram_depth, cmdq_depth=sram_depth)
+    board = board or BoardConfig()
+    board.resolve(config)  # refuses a board that does not fit the chip, before anything is built
+    return Variant(config=config, revision=name, board=board)
+
+
+def open(rev: str = "A0", sim: str = "verilator", array: str = "4x4", *, config=None, formats=None,
+         vector: bool | None = None, sram_depth: int | None = None, board=None, errata: dict | list | None = None,
+         watchdog_cycles: int | None = None, work_dir: Path | None = None) -> "Session":
+    """Build (cached) and start a chip; return the open :class:`Session` (a context manager).
+
+    Parameters
+    ----------
+    rev : str
+        Silicon revision ("A0", "A1", "B0", "B1"); the software reads it back from REV and applies
+        the errata mitigations for it (``errata``: a policy such as ``{"FL-ME-002": "off"}``).
+    sim : {"verilator", "icarus"}
+    array : str
+        ``"ROWSxCOLS"``; or pass a whole ``config`` (:class:`rtl.config.ChipConfig`). ``formats``,
+        ``vector`` and ``sram_depth`` then change it (an int8-only chip builds and runs faster).
+    watchdog_cycles : int, optional
+        The default cycle budget of every wait (``Device.watchdog_cycles``).
+    work_dir : path, optional
+        Where the simulator runs and logs (kept). By default a temporary folder, removed when
+        the session closes cleanly and kept (named in the error) when the simulator died.
+    """
+    return Session(rev=rev, sim=sim, array=array, config=config, formats=formats, vector=vector,
+                   sram_depth=sram_depth, board=board, errata=errata, watchdog_cycles=watchdog_cycles,
+                   work_dir=work_dir)
+
+
+class Session:
+    """An open chip in its own simulator process; see :func:`open` and the module docstring.
+
+    Attributes
+    ----------
+    revision : str
+        From the chip's REV register.
+    config : rtl.config.ChipConfig
+        From the chip's CAPS registers.
+    errata : dict
+        ``active`` (the mitigations in force), ``status`` per erratum, ``warnings``.
+    pid : int
+        The simulator process.
+    calls : int
+        Calls served so far.
+    last_handler_s : float or None
+        Wall time the last call spent in the simulator process's handler (the kernel, its host
+        side included); a round trip minus this is the session's own overhead.
+    """
+
+    def __init__(self, *, rev="A0", sim="verilator", array="4x4", config=None, formats=None, vector=None,
+                 sram_depth=None, board=None, errata=None, watchdog_cycles=None, work_dir=None):
+        from cosim.toolchain import SIMULATORS, find_simulator
+        from workarounds import parse_policy
+
+        if sim not in SIMULATORS:
+            raise ValueError(f"unknown simulator {sim!r}; accepted: {', '.join(SIMULATORS)}")
+        find_simulator(sim)  # SimulatorMissing says how to install it, before the build
+        self.variant = _variant(rev, array, config, formats, vector, sram_depth, board)
+        self.sim = sim
+        self._policy = (parse_policy(errata) if isinstance(errata, list) else dict(errata)) if errata else {}
+        if watchdog_cycles is not None and (not isinstance(watchdog_cycles, int) or watchdog_cycles < 1):
+            raise ValueError(f"watchdog_cycles must be a positive integer, not {watchdog_cycles!r}")
+        self._lock = threading.RLock()
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._outcome: dict = {}
+        self._closed = False
+        self.calls = 0
+        self.last_handler_s: float | None = None
+        self.pid = self.pgid = None
+        self._work_given = work_dir is not None
+        self._work = Path(work_dir) if work_dir else None
+        self._start(watchdog_cycles)
+        _LIVE.add(self)
+
+    # ---- life cycle ------------------------------------------------------------------------------
+    def _start(self, watchdog_cycles) -> None:
+        from cosim.jobs import run_job
+        from firstlight.jobs.session import serve_session
+
+        token = uuid.uuid4().hex
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if sys.platform.startswith("linux"):
+            address = f"@firstlight-session-{token}"  # the abstract namespace: no file, no path length limit
+            listener.bind("\0" + address[1:])
+        else:  # a short path: socket paths are limited to about 100 bytes
+            sockdir = tempfile.mkdtemp(prefix="fls-", dir="/tmp")
+            address = os.path.join(sockdir, "s")
+            listener.bind(address)
+            weakref.finalize(self, shutil.rmtree, sockdir, True)
+        listener.listen(1)
+        listener.settimeout(0.2)
+        kwargs = {"address": address, "token": token, "errata_policy": self._policy,
+                  "watchdog_cycles": watchdog_cycles}
+
+        def run():
+            try:
+                self._outcome["result"] = run_job(serve_session, kwargs, variant=self.variant, sim=self.sim,
+                                                  work_dir=self._work)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                self._outcome["error"] = e
+
+        self._thread = threading.Thread(target=run, name="firstlight-session", daemon=True)
+        self._thread.start()
+        try:
+            while True:  # the build (cached or minutes), the simulator's start-up, Device.open
+                try:
+                    self._sock, _ = listener.accept()
+                    break
+                except socket.timeout:
+                    if not self._thread.is_alive():
+                        raise self._ended_error("before it connected") from None
+        except BaseException:
+            self._closed = True
+            self._kill()
+            raise
+        finally:
+            listener.close()
+        self._sock.settimeout(None)
+        try:
+            hello, _ = recv_message(self._sock)
+        except (PeerClosed, OSError):
+            self._closed = True
+            raise self._ended_error("while it opened the device") from None
+        if hello.get("token") != token:
+            self._closed = True
+            self._kill()
+            raise SessionError("a process other than this session's simulator connected to its socket")
+        from rtl.config import ChipConfig
+
+        self.pid, self.pgid = hello["pid"], hello["pgid"]
+        self.revision = hello["revision"]
+        self.config = ChipConfig(**{**hello["config"], "formats": tuple(hello["config"]["formats"])})
+        self.board = hello["board"]
+        self.errata = hello["errata"]
+
+    def _ended_error(self, when: str) -> SessionError:
+        """The error for a simulator that ended (the run_job thread has finished or is finishing)."""
+        self._thread.join(30)
+        err = self._outcome.get("error")
+        if err is None and "result" in self._outcome:
+            return SessionDied(f"the {self.sim} simulator of this session ended {when} without an error "
+                               "(its request loop returned)")
+        if err is None:
+            return SessionDied(f"the {self.sim} simulator of this session stopped answering {when}")
+        if isinstance(err, HarnessError) and not hasattr(err, "records"):
+            return err  # a build failure says what it is
+        log = getattr(err, "log", None)
+        return SessionDied(f"the {self.sim} simulator of this session died {when}: {err}", log,
+                           getattr(err, "returncode", None))
+
+    def _kill(self) -> None:
+        """Stop the simulator process group now (SIGTERM, then SIGKILL)."""
+        if self._thread is None:
+            return
+        pg = self.pgid if self.pgid == self.pid else None
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not self._thread.is_alive():
+                break
+            if self.pid is not None:
+                try:
+                    os.killpg(pg, sig) if pg else os.kill(self.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            else:  # not connected yet: the only handle is the run_job thread's registered child
+                self._stop_unconnected(sig)
+            self._thread.join(5)
+
+    def _stop_unconnected(self, sig) -> None:
+        """Before the hello there is no pid: stop the simulator children this thread started."""
+        from cosim.build import running_children
+
+        for pid in running_children():
+            if pid not in _other_session_pids(self):
+                try:
+                    os.killpg(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """End the session: the request loop returns and the simulator exits (killed if it does
+        not within ``timeout_s``). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            _LIVE.discard(self)
+            if self._sock is not None:
+                try:
+                    self._sock.settimeout(timeout_s)
+                    send_message(self._sock, {"op": "close"})
+                    recv_message(self._sock)
+                except (OSError, ConnectionError):
+                    pass
+                self._sock.close()
+            if self._thread is not None:
+                self._thread.join(timeout_s)
+                if self._thread.is_alive():
+                    self._kill()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"pid {self.pid}"
+        return f"<firstlight.Session {self.sim} {self.variant.config.rows}x{self.variant.config.cols} " \
+               f"rev {getattr(self, 'revision', '?')}, {state}>"
+
+    # ---- one call --------------------------------------------------------------------------------
+    def call(self, request: str, arrays: dict[str, np.ndarray] | None = None, /, **args):
+        """One request: ``(values dict, arrays dict, KernelStats or None)``. The typed methods
+        below are what users call; this is their one path."""
+        with self._lock:
+            if self._closed:
+                raise SessionClosed("this session is closed; open a new one with firstlight.open(...)")
+            try:
+                send_message(self._sock, {"op": request, "args": args}, arrays)
+                reply, out = recv_message(self._sock)
+            except KeyboardInterrupt:
+                self._closed = True  # the stream is mid-message: nothing more can be said on it
+                self._kill()
+                raise
+            except (PeerClosed, OSError, ConnectionError) as e:
+                self._closed = True
+                _LIVE.discard(self)
+                err = self._ended_error(f"during {request}")
+                raise err from e
+            self.calls += 1
+            self.last_handler_s = reply.get("handler_s")
+        if reply["ok"]:
+            stats = None
+            if reply.get("stats") is not None:
+                from kernels.stats import KernelStats
+
+                stats = KernelStats(**reply["stats"])
+            return reply.get("value") or {}, out, stats
+        kind, msg = reply["kind"], reply.get("message", "")
+        if kind == "argument":
+            raise {"TypeError": TypeError, "IndexError": IndexError}.get(reply.get("error"), ValueError)(msg)
+        if kind == "chip_error":
+            raise ChipError(msg, reply.get("dump", {}))
+        if kind == "timeout":
+            self.close()
+            raise ChipTimeout(msg + "\n(the session is closed: the chip hung; open a new session)", reply.get("dump", {}))
+        raise SessionError(f"the session's request loop failed in {request}: {msg}\n{reply.get('traceback', '')}")
+
+    # ---- kernels -------------------------------------------------------------------------------
+    def gemm(self, a: np.ndarray, b: np.ndarray, *, k_chunk: int | None = None, budget_cycles: int | None = None,
+             double_buffer: bool = True):
+        """``a @ b`` for int8 ``a`` (M, K) and ``b`` (K, N): ``(int32 (M, N), KernelStats)``
+        (kernels.gemm.gemm: wrap-around, bit-exact against golden.gemm_int8)."""
+        _, out, st = self.call("gemm", {"a": _arr(a), "b": _arr(b)}, k_chunk=k_chunk, budget_cycles=budget_cycles,
+                               double_buffer=double_buffer)
+        return out["c"], st
+
+    def gemm_lowp(self, a: np.ndarray, b: np.ndarray, recipe: str = "int8-channel", *, k_chunk: int | None = None,
+                  budget_cycles: int | None = None):
+        """float32 ``a @ b`` quantized with ``recipe`` (golden.quant.RECIPES; kernels.lowp):
+        ``(float32 (M, N), KernelStats)``."""
+        from golden.quant import recipe as check_recipe
+
+        check_recipe(recipe)
+        _, out, st = self.call("gemm_lowp", {"a": _arr(a), "b": _arr(b)}, recipe=recipe, k_chunk=k_chunk,
+                               budget_cycles=budget_cycles)
+        return out["c"], st
+
+    def softmax(self, x: np.ndarray, *, budget_cycles: int | None = None):
+        """Row softmax of fp32 (R, C) on the vector unit: ``(fp32 (R, C), KernelStats)``."""
+        _, out, st = self.call("softmax", {"x": _arr(x)}, budget_cycles=budget_cycles)
+        return out["y"], st
+
+    def layer_norm(self, x, gamma, beta, eps: float = 1e-5, *, budget_cycles: int | None = None):
+        _, out, st = self.call("layer_norm", {"x": _arr(x), "gamma": _arr(gamma), "beta": _arr(beta)},
+                               eps=float(eps), budget_cycles=budget_cycles)
+        return out["y"], st
+
+    def rms_norm(self, x, gamma, eps: float = 1e-6, *, budget_cycles: int | None = None):
+        _, out, st = self.call("rms_norm", {"x": _arr(x), "gamma": _arr(gamma)}, eps=float(eps),
+                               budget_cycles=budget_cycles)
+        return out["y"], st
+
+    def attention(self, q, k, v, *, causal: bool = False, recipe: str = "int8", budget_cycles: int | None = None):
+        """Flash attention of fp32 (S, D) q, k, v (kernels.attention): ``(fp32 (S, D), KernelStats)``."""
+        _, out, st = self.call("attention", {"q": _arr(q), "k": _arr(k), "v": _arr(v)}, causal=bool(causal),
+                               recipe=recipe, budget_cycles=budget_cycles)
+        return out["o"], st
+
+    def elementwise(self, op: str, a, b=None, *, broadcast: str = "none", budget_cycles: int | None = None):
+        """``op(a, b)`` on the vector unit (kernels.vector.elementwise)."""
+        arrays = {"a": _arr(a)} if b is None else {"a": _arr(a), "b": _arr(b)}
+        _, out, st = self.call("elementwise", arrays, op=op, broadcast=broadcast, budget_cycles=budget_cycles)
+        return out["y"], st
+
+    def relu(self, x, *, budget_cycles: int | None = None):
+        return self.elementwise("relu", x, budget_cycles=budget_cycles)
+
+    def activation(self, x, kind: str, *, budget_cycles: int | None = None):
+        """SiLU (``"silu"``) or tanh-GELU (``"gelu"``) on the vector unit (kernels.activations)."""
+        _, out, st = self.call("activation", {"x": _arr(x)}, kind=kind, budget_cycles=budget_cycles)
+        return out["y"], st
+
+    def reduce(self, x, op: str, *, budget_cycles: int | None = None):
+        """Row reductions of int32 (R, C): SUM (wrapping), MAX, MIN (kernels.reduce)."""
+        _, out, st = self.call("reduce", {"x": _arr(x)}, op=op, budget_cycles=budget_cycles)
+        return out["y"], st
+
+    # ---- the device ----------------------------------------------------------------------------
+    def read_csr(self, reg: str | int) -> int:
+        return self.call("read_csr", reg=reg)[0]["value"]
+
+    def write_csr(self, reg: str | int, value: int) -> None:
+        self.call("write_csr", reg=reg, value=int(value))
+
+    def perf(self) -> dict[str, int]:
+        """Every 64-bit perf counter by name (rtl.csr_map.PERF_COUNTERS), plus ``now_cycles``:
+        the testbench clock's cycles since reset."""
+        v = self.call("perf")[0]
+        return {**v["counters"], "now_cycles": v["now_cycles"]}
+
+    def submit(self, commands, *, budget_cycles: int | None = None, wait: bool = True) -> None:
+        """Queue raw command words (rtl.isa constructors) through the errata stream passes and,
+        with ``wait``, wait for idle under the watchdog."""
+        self.call("submit", commands=[int(c) for c in commands], budget_cycles=budget_cycles, wait=wait)
+
+    def ping(self) -> float:
+        """One empty round trip; returns its wall time in seconds."""
+        t0 = time.perf_counter()
+        self.call("ping")
+        return time.perf_counter() - t0
+
+    def crash(self, how: str = "abort") -> None:
+        """Make the simulator process end abruptly (SIGABRT, or SIGKILL with ``how="kill"``): for
+        the tests of what a caller sees when a simulator dies."""
+        self.call("crash", how=how)
+
+
+def _arr(x) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"expected a numpy array, got {type(x).__name__} (convert with np.asarray)")
+    return x
+
+
+def _other_session_pids(me: Session) -> set[int]:
+    return {s.pid for s in list(_LIVE) if s is not me and s.pid is not None}
