@@ -306,3 +306,30 @@ def test_the_chip_area_does_not_depend_on_the_dram_latency_or_bandwidth():
     assert area_of(elaborate(slow)).as_dict() | {"seconds": 0} == area_of(elaborate(fast)).as_dict() | {"seconds": 0}
     wide = Variant(config=replace(chip, rows=4, cols=4, lanes=4), board=BoardConfig(bus_bytes=4))
     assert area_key(wide) != area_key(replace(wide, board=BoardConfig(bus_bytes=2)))
+
+
+@pytest.mark.sim
+def test_the_errata_matrix_runs_on_a_cluster_and_lands_in_the_database(tmp_path):
+    """One erratum of the matrix (FL-RU-002, A0 only) on an affected and a fixed revision, as
+    Dask tasks: the same cells as the sequential matrix's rule wants, each stored once."""
+    from distributed import Client, LocalCluster
+
+    from conftest import require_sim
+    from firstlight.jobs.errata import expected_cell_pass
+    from firstlight.sweep.errata import measure_on_cluster
+
+    require_sim("verilator")
+    con = sweepdb.open_db(tmp_path / "errata.db")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=50) as cluster, Client(cluster) as client:
+        cells, problems, scale, scale_problems = measure_on_cluster(client, "verilator", 1, con, ids=["FL-RU-002"],
+                                                                    revisions=["A0", "B0"])
+    assert problems == [] and scale_problems == []
+    assert sorted((c["revision"], c["policy"], c["passed"]) for c in cells) == [
+        ("A0", "off", False), ("A0", "on", True), ("B0", "off", True), ("B0", "on", True)]
+    assert all(c["passed"] == expected_cell_pass(c) for c in cells)
+    assert sorted((r["revision"], r["policy"]) for r in scale) == [("A0", "off"), ("A0", "on")]
+    rows = [dict(r) for r in con.execute("SELECT workload, status, design FROM runs")]
+    assert len(rows) == 6 and all(r["status"] == "pass" for r in rows)
+    assert {r["workload"] for r in rows} == {"errata:FL-RU-002:on", "errata:FL-RU-002:off",
+                                             "errata-scale:FL-RU-002:on", "errata-scale:FL-RU-002:off"}

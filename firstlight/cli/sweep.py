@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
 
 from firstlight.errors import EXIT_FAIL, EXIT_HARNESS_ERROR, EXIT_OK, CannotStart, exit_codes_help
 
 from .common import FittedTable, check_output_file, console, err_console, plain, positive, require_sim, uses_build_cache
 
-__all__ = ["add_parser", "cmd", "DEFAULT_OUT"]
+__all__ = ["add_parser", "cmd", "DEFAULT_OUT", "progress_events"]
 
 DEFAULT_OUT = Path("firstlight-out")
 
@@ -117,7 +117,8 @@ def _run(args) -> int:
             where = f"Dask scheduler {client.scheduler.address}" if args.cluster else "a local Dask cluster"
             console.print(plain(f"on {where} with {nworkers} workers", f"; dashboard: {link}" if link else
                                 "; no dashboard (pip install bokeh for Dask's)"), soft_wrap=True)
-            summary = _with_progress(lambda ev: run_sweep(plan, con, client, ev), plan)
+            with progress_events() as event:
+                summary = run_sweep(plan, con, client, event)
         finally:
             client.close()
             if cluster is not None:
@@ -137,10 +138,15 @@ def _run(args) -> int:
     return EXIT_FAIL if summary.failed else EXIT_OK
 
 
-def _with_progress(run, plan):
+@contextmanager
+def progress_events():
+    """A rich progress bar per task kind (builds, areas, runs); yields the ``on_event`` callback
+    of :func:`firstlight.sweep.engine.run_sweep`. A run that does not pass is printed as it
+    arrives; the same harness error for many runs (a build that failed) is printed once."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     counts = {"pass": 0, "fail": 0, "error": 0}
+    said: set[str] = set()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
         ids: dict[str, int] = {}
@@ -157,12 +163,15 @@ def _with_progress(run, plan):
                 progress.update(ids[what], description=f"runs ({counts['pass']} passed, {counts['fail']} failed, "
                                 f"{counts['error']} errors)")
                 if info["status"] != "pass":
-                    progress.console.print(plain((f"{info['status'].upper()} ", "red"), f"{info['workload']} on "
-                                                 f"{info['design']}: {(info.get('error') or '').splitlines()[0][:300] if info.get('error') else 'differs from its golden'}"),
-                                           soft_wrap=True)
-            progress.advance(ids[what])
+                    why = (info.get("error") or "differs from its golden").splitlines()[0][:300]
+                    if why not in said:
+                        said.add(why)
+                        progress.console.print(plain((f"{info['status'].upper()} ", "red"),
+                                                     f"{info['workload']} on {info['design']}: {why}"), soft_wrap=True)
+            if what in ids:
+                progress.advance(ids[what])
 
-        return run(event)
+        yield event
 
 
 def _print_summary(s) -> None:
