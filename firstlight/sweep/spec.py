@@ -219,6 +219,7 @@ WORKLOAD_KINDS = {
     "silu": Kind(("rows", "cols"), vector=True, summary="fp32 SiLU"),
     "gelu": Kind(("rows", "cols"), vector=True, summary="fp32 GELU (tanh form)"),
     "reduce": Kind(("rows", "cols", "op"), summary="int32 row reduction (op: sum, max, min)"),
+    "bringup": Kind((), summary="the whole first-light checklist, one verdict (firstlight regress runs it)"),
 }
 
 _POSITIVE = {"m", "n", "k", "seq", "dim", "rows", "cols"}
@@ -241,7 +242,7 @@ class Workload:
         return {"kind": self.kind, **self.p, "seed": self.seed}
 
 
-def _default_name(kind: str, p: dict) -> str:
+def default_name(kind: str, p: dict) -> str:
     if kind == "gemm":
         return f"gemm-{p['m']}x{p['n']}x{p['k']}" + (f"-{p['epilogue']}" if p["epilogue"] else "")
     if kind == "gemm_lowp":
@@ -251,6 +252,8 @@ def _default_name(kind: str, p: dict) -> str:
             f"-{p['recipe']}" if p["recipe"] != "int8" else "")
     if kind == "reduce":
         return f"reduce-{p['op']}-{p['rows']}x{p['cols']}"
+    if kind == "bringup":
+        return "bringup"
     return f"{kind}-{p['rows']}x{p['cols']}"
 
 
@@ -299,7 +302,7 @@ def _workload(table, i: int, seed: int) -> Workload:
 
         if p["recipe"] not in ATTENTION_RECIPES:
             raise SpecError(f"{where}: unknown attention recipe {p['recipe']!r}; known: {', '.join(ATTENTION_RECIPES)}")
-    name = name or _default_name(kind, p)
+    name = name or default_name(kind, p)
     if not isinstance(name, str) or not name:
         raise SpecError(f"{where}: name must be a non-empty string, not {name!r}")
     return Workload(name, kind, tuple(sorted(p.items())), wseed)

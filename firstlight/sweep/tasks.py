@@ -157,6 +157,8 @@ def job_for(kind: str, p: dict, seed: int):
         return k.activation_job, {"kind": kind, "rows": p["rows"], "cols": p["cols"], "seed": seed}
     if kind == "reduce":
         return k.reduce_job, {"rows": p["rows"], "cols": p["cols"], "op": p["op"], "seed": seed}
+    if kind == "bringup":
+        return jobs.bringup_check_job, {"seed": seed, "revision": p["revision"]}
     raise ValueError(f"no job for workload kind {kind!r}")
 
 
@@ -180,7 +182,7 @@ def run_task(build: dict, variant: Variant, kind: str, params: dict, seed: int, 
         return {**out, "error": f"the design point did not build: {build.get('error')}", "seconds": 0.0}
     try:
         _check_code(expect)
-        fn, kwargs = job_for(kind, params, seed)
+        fn, kwargs = job_for(kind, {**params, "revision": variant.revision}, seed)
         res = run_job(fn, kwargs, variant=variant, sim=sim)
     except SimulatorDied as e:
         return {**out, "error": str(e), "seconds": time.perf_counter() - t0}
@@ -193,6 +195,8 @@ def run_task(build: dict, variant: Variant, kind: str, params: dict, seed: int, 
                 "seconds": time.perf_counter() - t0}
     v = res.value
     st = v.get("stats", {})
+    if v.get("harness_error"):
+        return {**out, "error": v["harness_error"], "seconds": time.perf_counter() - t0, "stats": st}
     return {**out, "status": "pass" if v["passed"] else "fail", "passed": bool(v["passed"]),
             "mismatch": v.get("mismatch"), "sqnr_db": v.get("sqnr_db"), "seconds": time.perf_counter() - t0,
             "sim_s": res.run_s, "stats": {k: st.get(k) for k in _STAT_KEYS},
