@@ -34,6 +34,7 @@ _SCRIPT = ("read_rtlil design.il; hierarchy -top top; proc; flatten; opt; wreduc
            "opt; simplemap; opt_clean; write_json design.json")
 _ADDERS = {"$add", "$sub", "$neg", "$lt", "$le", "$gt", "$ge", "$eq", "$ne", "$eqx", "$nex", "$alu", "$lcu"}
 _SHIFTS = {"$shl", "$shr", "$sshl", "$sshr", "$shift", "$shiftx"}
+_NOT_LOGIC = {"$scopeinfo"}  # flatten's record of the hierarchy it removed: no hardware
 
 
 @dataclass
@@ -88,6 +89,8 @@ def area_of(component, name: str = "top") -> AreaReport:
     for mod in netlist["modules"].values():
         for cell in mod.get("cells", {}).values():
             kind = cell["type"]
+            if kind in _NOT_LOGIC:
+                continue
             cells[kind] += 1
             if kind.startswith("$_DFF") or kind.startswith("$_SDFF") or kind.startswith("$_DFFE"):
                 ff_bits += 1

@@ -265,7 +265,7 @@ def test_simulator_choices_come_from_the_toolchain():
             if {"--sim", "--sims"} & set(action.option_strings):
                 assert tuple(action.choices) == SIMULATORS, path
                 seen.append(path)
-    assert len(seen) == 16, seen  # run gemm/reduce/softmax/silu/gelu/layernorm/rmsnorm/attention, bench, bringup, faults campaign, numerics, errata check/measure, roofline, model
+    assert len(seen) == 17, seen  # run gemm/reduce/softmax/silu/gelu/layernorm/rmsnorm/attention, bench, bringup, faults campaign, numerics, errata check/measure, roofline, model, regress
 
 
 def test_bringup_help_names_every_fault_form(capsys):

@@ -24,7 +24,7 @@ from firstlight.errors import (
     interrupt_signals,
 )
 
-from . import bench, bringup, errata, faults, model, numerics, roofline, run
+from . import bench, bringup, errata, faults, model, numerics, regress, roofline, run, sweep
 from .common import check_outputs, console, err_console
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # In the order ``firstlight --help`` lists them.
-COMMANDS = (run, bench, roofline, bringup, faults, numerics, errata, model)
+COMMANDS = (run, bench, roofline, bringup, faults, numerics, errata, model, sweep, regress)
 
 EPILOG = """\
 examples:
@@ -53,6 +53,8 @@ examples:
   firstlight numerics --report out                       SQNR of every FP8/MX/int8 recipe, PNG plot
   firstlight errata list --rev A0                        what each erratum means for a revision
   firstlight model mlp --recipe int8-channel             a PyTorch model through torch.compile on the chip
+  firstlight sweep run examples/sweep-small.toml         a design-space sweep on a local Dask cluster
+  firstlight regress --sim verilator --seeds 1 2         checklist + kernels over revisions x sims x seeds
 
 Simulator builds are cached under $FIRSTLIGHT_CACHE (default ~/.cache/firstlight).
 

@@ -66,6 +66,12 @@ def add_parser(subparsers) -> None:
                           epilog=exit_codes_help("a cell of the matrix or a run at scale was not as expected"))
     add_sim_option(em)
     add_seed_option(em)
+    em.add_argument("--cluster", default=None, metavar="ADDRESS",
+                    help="run the matrix on a Dask cluster: an existing scheduler (tcp://host:8786), or 'local' for "
+                         "a local one with a worker per core; a task per revision and erratum (docs/sweeps.md)")
+    em.add_argument("--db", type=Path, default=None, metavar="PATH",
+                    help="with --cluster: also store every cell in this sweep database (default: "
+                         "firstlight-out/errata.db)")
     uses_build_cache(em)
     ed = e_sub.add_parser("docs", help="regenerate docs/errata.md from the registry and the stored costs",
                           formatter_class=raw, epilog=exit_codes_help("with --check: the committed page is stale"))
@@ -185,9 +191,13 @@ def _measure(args) -> int:
     require_sim(args.sim)
     check_output_file(COSTS_PATH, "the cost table")  # before the hour of simulation, not after
     check_output_file(DOCS_PATH, "the errata page")
-    matrix, problems = run_matrix(args.sim, args.seed)
-    console.print(_matrix_table(costs_from(matrix, []), args.sim))  # shown before the (longer) runs at scale
-    scale, scale_problems = run_scale(args.sim, args.seed)
+    if args.cluster:
+        matrix, problems, scale, scale_problems = _measure_on_cluster(args)
+        console.print(_matrix_table(costs_from(matrix, []), args.sim))
+    else:
+        matrix, problems = run_matrix(args.sim, args.seed)
+        console.print(_matrix_table(costs_from(matrix, []), args.sim))  # shown before the (longer) runs at scale
+        scale, scale_problems = run_scale(args.sim, args.seed)
     problems += scale_problems
     costs = costs_from(matrix, scale)
     COSTS_PATH.write_text(json.dumps(costs, indent=2, sort_keys=True) + "\n")
@@ -196,6 +206,34 @@ def _measure(args) -> int:
     for p in problems:
         err_console.print(plain(("UNEXPECTED: ", "bold red"), str(p)))
     return EXIT_FAIL if problems else EXIT_OK
+
+
+def _measure_on_cluster(args):
+    """The matrix and the runs at scale as Dask tasks (firstlight/sweep/errata.py), each cell
+    stored in the sweep database as it arrives."""
+    from firstlight.sweep.db import open_db
+    from firstlight.sweep.engine import connect
+    from firstlight.sweep.errata import measure_on_cluster
+
+    from .sweep import progress_events
+
+    db = args.db or Path("firstlight-out") / "errata.db"
+    check_output_file(db, "--db")
+    con = open_db(db)
+    try:
+        client, cluster = connect(None if args.cluster == "local" else args.cluster)
+    except (OSError, TimeoutError) as e:
+        raise CannotStart(f"cannot reach the Dask scheduler at {args.cluster}: {e}") from None
+    try:
+        with progress_events() as event:
+            out = measure_on_cluster(client, args.sim, args.seed, con, event)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        con.close()
+    console.print(plain(f"stored the cells in {db}"))
+    return out
 
 
 def _docs(args) -> int:

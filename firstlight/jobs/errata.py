@@ -26,7 +26,7 @@ from .checks import describe_mismatch, first_mismatch, int8_operands, lowp_misma
 
 __all__ = [
     "poison_memories", "run_cell", "errata_check_job", "errata_matrix_job", "errata_scale_job",
-    "expected_cell_pass", "run_matrix", "run_scale", "check_revision",
+    "expected_cell_pass", "unexpected_cells", "run_matrix", "run_scale", "check_revision",
 ]
 
 
@@ -194,12 +194,15 @@ def run_matrix(sim: str, seed: int, revisions=None) -> tuple[list[dict], list[st
         if err:
             problems.append(f"{rev}: matrix job failed: {err}")
         cells += [r for r in recs if r.get("type") == "cell"]
-    for c in cells:
-        if c["passed"] != expected_cell_pass(c):
-            problems.append(f"{c['id']} on {c['revision']} with mitigation {c['policy']}: "
-                            f"{'passed' if c['passed'] else 'failed'} unexpectedly ("
-                            f"{describe_mismatch(c['mismatch']) if isinstance(c['mismatch'], dict) else c['mismatch']})")
-    return cells, problems
+    return cells, problems + unexpected_cells(cells)
+
+
+def unexpected_cells(cells: list[dict]) -> list[str]:
+    """A sentence per matrix cell that did not do what :func:`expected_cell_pass` says (shared
+    with the distributed matrix, firstlight/sweep/errata.py)."""
+    return [f"{c['id']} on {c['revision']} with mitigation {c['policy']}: {'passed' if c['passed'] else 'failed'} "
+            f"unexpectedly ({describe_mismatch(c['mismatch']) if isinstance(c['mismatch'], dict) else c['mismatch']})"
+            for c in cells if c["passed"] != expected_cell_pass(c)]
 
 
 def run_scale(sim: str, seed: int) -> tuple[list[dict], list[str]]:
