@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
@@ -179,6 +180,19 @@ _CHILDREN: dict[int, subprocess.Popen] = {}
 _CHILDREN_LOCK = threading.Lock()
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, SIGKILL it when the thread that started it dies. A
+    harness killed with SIGKILL (a Dask worker killed mid-run) cannot stop its simulator itself;
+    without this the simulator ran on to its end, a core and a temp folder lost."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
 def run_tracked(cmd: list[str], *, cwd, env: dict | None = None, stdout=None) -> subprocess.Popen:
     """Run a compiler or simulator to its end in its own session; return the finished process
     (``returncode``, ``pid``).
@@ -188,7 +202,8 @@ def run_tracked(cmd: list[str], *, cwd, env: dict | None = None, stdout=None) ->
     waits, the process is stopped before the exception goes on.
     """
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout,
-                            stderr=None if stdout is None else subprocess.STDOUT, start_new_session=True)
+                            stderr=None if stdout is None else subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_die_with_parent)
     with _CHILDREN_LOCK:
         _CHILDREN[proc.pid] = proc
     try:

@@ -756,3 +756,30 @@ def test_a_build_step_says_what_runs_and_for_how_long(caplog, monkeypatch):
     assert "verilating the Verilog into C++ (step 1 of 2) ..." in text
     assert "... still verilating the Verilog into C++ (step 1 of 2) (0 s)" in text
     assert re.search(r"verilating the Verilog into C\+\+ \(step 1 of 2\): done in 0\.[0-9] s", text)
+
+
+def test_a_harness_killed_with_sigkill_takes_its_simulator_with_it():
+    """A harness that dies without a chance to clean up (SIGKILL: a Dask worker killed mid-run)
+    must not leave its compiler or simulator running on: the child dies with its parent."""
+    script = (
+        "import threading, time\n"
+        "from cosim.build import run_tracked\n"
+        "threading.Thread(target=lambda: run_tracked(['sleep', '307'], cwd='/tmp'), daemon=True).start()\n"
+        "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 20
+        child = []
+        while not child and time.monotonic() < deadline:
+            child = [c for c in _descendants(parent.pid) if "sleep 307" in _cmdline(c)]
+            time.sleep(0.1)
+        assert child, "the harness never started its child"
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _alive(child[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child[0]), "the child outlived its SIGKILLed harness"
+    finally:
+        parent.kill()
+        subprocess.run(["pkill", "-f", "^sleep 307"])
