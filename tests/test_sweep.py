@@ -226,8 +226,13 @@ def test_the_bundled_sweep_survives_a_dead_worker_stores_every_result_once_and_r
     assert len(rows) == 48 and len(set(pairs)) == 48 and len({r["key"] for r in rows}) == 48
     assert all(r["status"] == "pass" and r["passed"] == 1 and r["cycles"] > 0 for r in rows)
     assert all(r["area"] and r["commit"] and r["sim_version"] for r in rows)
+    # the runs the killed worker had in flight were stored from another worker (runs it finished
+    # before it died may be stored from it: their results had reached the scheduler)
     killed_pid = str(killer.killed["pid"])
-    assert not any(r["worker"].endswith(":" + killed_pid) for r in rows), "a dead worker's run cannot be stored"
+    in_flight = {k.rsplit("-", 1)[0][len("run-"):] for k in killer.killed["keys"]}
+    redone = [r for r in rows if f"{r['design']}-{r['workload']}" in in_flight]
+    assert redone and not any(r["worker"].endswith(":" + killed_pid) for r in redone), (
+        f"a run killed in flight cannot be stored from its dead worker: {in_flight}, {[r['worker'] for r in redone]}")
     assert plot.stat().st_size > 10_000 and "Pareto front: gemm-32x32x32" in out
     print(f"bundled sweep: {elapsed:.0f} s with a worker killed mid-run ({killer.killed})")
 
