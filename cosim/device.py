@@ -168,7 +168,7 @@ class Device:
         self.timing = HostTiming()
         self._tail = 0
         self._ring_feed: list[int] = []  # per ring entry: feed_cycles of the command written there
-        self.history: deque[tuple[int, dict]] = deque(maxlen=self.HISTORY)
+        self.history: deque[int] = deque(maxlen=self.HISTORY)  # raw commands, decoded only for a dump
         self.config: ChipConfig | None = None
         self.board: BoardConfig | None = None  # the DRAM, from DRAM0/DRAM1
         self.dram: DramAllocator | None = None
@@ -412,8 +412,7 @@ class Device:
             self.load_words(Region.CMDQ, first, chunk[:n1])
             if n1 < len(chunk):
                 self.load_words(Region.CMDQ, 0, chunk[n1:])
-            for c in chunk[-self.HISTORY:]:
-                self.history.append((c, unpack_command(c)))
+            self.history.extend(chunk[-self.HISTORY:])
             self._tail = (first + len(chunk)) % depth
             await self.write_csr("CMDQ_TAIL", self._tail)
             i += len(chunk)
@@ -421,11 +420,10 @@ class Device:
     def _queued_feed_cycles(self, head: int) -> int:
         """Engine feed cycles of the MATMULs in the ring after the chip's head, but the first (it
         may be issuing now): the chip cannot drain the ring faster than that."""
-        depth = len(self._ring_feed)
-        n = (self._tail - head) % depth
-        idx = [(head + j) % depth for j in range(n)]
-        feeds = [self._ring_feed[j] for j in idx if self._ring_feed[j]]
-        return sum(feeds) - (feeds[0] if feeds else 0)
+        ring, tail = self._ring_feed, self._tail
+        queued = ring[head:tail] if head <= tail else ring[head:] + ring[:tail]
+        first = next((f for f in queued if f), 0)
+        return sum(queued) - first
 
     async def run(self, commands: Sequence[int], budget_cycles: int | None = None) -> None:
         await self.submit(commands, budget_cycles)
@@ -507,7 +505,7 @@ class Device:
                 regs[n] = await self.read_csr(n)
             except Exception as e:  # a dead bus must not hide the rest of the diagnosis
                 regs[n] = f"unreadable: {e}"
-        return {"registers": regs, "last_commands": [fields for _, fields in self.history]}
+        return {"registers": regs, "last_commands": [unpack_command(c) for c in self.history]}
 
     @staticmethod
     def format_dump(dump: dict) -> str:

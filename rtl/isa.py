@@ -262,9 +262,12 @@ def field_of_bit(bit: int) -> str:
     raise ValueError(f"bit {bit} is outside the {COMMAND_BITS}-bit command")
 
 
+_TOP_FIELDS = tuple((name, f.offset, (1 << f.width) - 1) for name, f in COMMAND_LAYOUT)  # read once: layouts are slow to walk
+
+
 def unpack_command(cmd: int) -> dict[str, int]:
     """The top-level fields of a packed command as raw integers (for diagnostics)."""
-    return {name: (cmd >> f.offset) & ((1 << f.width) - 1) for name, f in COMMAND_LAYOUT}
+    return {name: (cmd >> off) & mask for name, off, mask in _TOP_FIELDS}
 
 
 def decode(cmd: int) -> dict:
