@@ -73,6 +73,7 @@ class GemmPlan:
     gb: int
     kc: int  # K steps per chunk
     nbuf: int = 2  # operand buffers: 2 = DMA of the next chunk overlaps the MATMULs of this one
+    row_fence: bool = False  # FL-ME-002: a FENCE (an engine drain) before every tile row of a chunk
 
     @property
     def chunks(self) -> int:
@@ -82,13 +83,18 @@ class GemmPlan:
     def groups(self) -> int:
         return math.ceil(self.tm / self.ga) * math.ceil(self.tn / self.gb)
 
+    @property
+    def fences(self) -> int:
+        """FENCEs the stream puts between MATMULs: one per tile row of every chunk with ``row_fence``."""
+        return self.chunks * self.tm * math.ceil(self.tn / self.gb) if self.row_fence else 0
+
     def predicted_cycles(self, config: ChipConfig) -> int:
-        """Schedule model: feed occupancy of every MATMUL plus one drain per wait."""
+        """Schedule model: feed occupancy of every MATMUL plus one drain per wait and per FENCE."""
         full, last = divmod(self.k, self.kc)
         per_tile = full * max(self.kc, config.min_matmul_cycles)
         if last:
             per_tile += max(last, config.min_matmul_cycles)
-        return self.tm * self.tn * per_tile + self.groups * self.chunks * drain_cycles(config)
+        return self.tm * self.tn * per_tile + (self.groups * self.chunks + self.fences) * drain_cycles(config)
 
     def dma_cycles(self, config: ChipConfig, bytes_per_cycle: float, latency: int = 32) -> float:
         """Schedule model of the DMA-fed stream (gemm_stream), per group:
@@ -114,7 +120,7 @@ class GemmPlan:
         total = 0.0
         for (na, nb), count in kinds.items():
             tiles = na * nb
-            chunk = tiles * step  # MATMUL cycles of one chunk
+            chunk = tiles * step + (na * drain_cycles(config) if self.row_fence else 0)  # MATMUL cycles of one chunk
             compute = chunk * self.chunks
             chunk_load = (na * R + nb * C) * min(self.kc, self.k)
             stores = tiles * R * C * 4
@@ -208,13 +214,11 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
             except ValueError as e:
                 last_error = e
                 continue
-            plan = GemmPlan(m, n, k, tm, tn, ga, gb, kc, nbuf)
+            plan = GemmPlan(m, n, k, tm, tn, ga, gb, kc, nbuf, row_fence=a_panel_extra > 0)
             cmds = tm * tn * plan.chunks
             waits = plan.groups * plan.chunks
             if bytes_per_cycle:  # operands arrive by DMA: the slower of compute and DRAM traffic
                 cycles = max(plan.predicted_cycles(config), plan.dma_cycles(config, bytes_per_cycle))
-                if a_panel_extra:  # FL-ME-002: a FENCE, one engine drain, before every tile row of a chunk
-                    cycles += plan.chunks * plan.tm * math.ceil(plan.tn / plan.gb) * drain_cycles(config)
                 # The chip's cycles decide (a kernel is judged by them, as on silicon); the host's
                 # cost per command only breaks ties. Weighing it against cycles had A0 pick 13x13
                 # tile groups over 16x16 at 256^3, 0.5% slower on the chip for 8,192 fewer commands.
@@ -372,6 +376,7 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
     cap_b = (depth - constraints.b_reserved_top_words) // nbuf
     cap_s = cfg.scale_depth // nbuf
     stale = constraints.repeat_first_a_word
+    assert plan.row_fence == stale, "plan the GEMM under the constraints it streams with (plan_for)"
     a_stride = plan.kc + 1 if stale else plan.kc
     spp = -(-plan.kc // BLOCK)
     K = plan.k
@@ -471,7 +476,7 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
         g, ci, k0, kc, last = chunks[idx]
         gi, gj, na, nb = groups[g]
         ab, bb = a_buf[idx], b_buf[idx]
-        if stale:  # FL-ME-002: a gap before every panel change, the chunk's first included
+        if plan.row_fence:  # FL-ME-002: a gap before every panel change, the chunk's first included
             out.append(_FENCE)
         for q in range(nb):
             slot = p * nb + q
