@@ -44,6 +44,9 @@ __all__ = ["GemmPlan", "GemmBuffers", "tail_lead", "plan_gemm", "plan_for", "gem
 MAX_K_FIELD = 0xFFFF
 GEMM_UNITS = (Unit.ENGINE, Unit.SRAM, Unit.CMDPROC, Unit.DMA)  # the units a GEMM's errata can live in (operands arrive by DMA)
 _FENCE = fence()
+# FL-ME-002's spacer: a MATMUL of this many steps (not 1: FL-ME-001) on zero B words, placed so
+# that the word after its A range is the next tile row's first A word (docs/kernels.md).
+SPACER_K = 2
 # Host cost weights for the planner (seconds); measured orders of magnitude on Verilator.
 _HOST_S_PER_WORD = 3e-6
 _HOST_S_PER_CMD = 3e-6
@@ -73,7 +76,9 @@ class GemmPlan:
     gb: int
     kc: int  # K steps per chunk
     nbuf: int = 2  # operand buffers: 2 = DMA of the next chunk overlaps the MATMULs of this one
-    row_fence: bool = False  # FL-ME-002: a FENCE (an engine drain) before every tile row of a chunk
+    # FL-ME-002: what parts the tile rows of a chunk (an A-panel change): "fence" (a FENCE, an
+    # engine drain) or "spacer" (a 2-step MATMUL on zero B words; int8 only), "" for none
+    row_gap: str = ""
 
     @property
     def chunks(self) -> int:
@@ -84,17 +89,24 @@ class GemmPlan:
         return math.ceil(self.tm / self.ga) * math.ceil(self.tn / self.gb)
 
     @property
-    def fences(self) -> int:
-        """FENCEs the stream puts between MATMULs: one per tile row of every chunk with ``row_fence``."""
-        return self.chunks * self.tm * math.ceil(self.tn / self.gb) if self.row_fence else 0
+    def row_gaps(self) -> int:
+        """FENCEs or spacers the stream puts between MATMULs: one per tile row of every chunk."""
+        return self.chunks * self.tm * math.ceil(self.tn / self.gb) if self.row_gap else 0
+
+    def gap_cycles(self, config: ChipConfig) -> int:
+        """Cycles one row gap costs the engine: a FENCE drains it, a spacer holds the feed for
+        its slot (``max(SPACER_K, min_matmul_cycles)``: 4 on 4x4 against a 12-cycle drain)."""
+        return {"": 0, "fence": drain_cycles(config),
+                "spacer": max(SPACER_K, config.min_matmul_cycles)}[self.row_gap]
 
     def predicted_cycles(self, config: ChipConfig) -> int:
-        """Schedule model: feed occupancy of every MATMUL plus one drain per wait and per FENCE."""
+        """Schedule model: feed occupancy of every MATMUL plus one drain per wait, plus the row gaps."""
         full, last = divmod(self.k, self.kc)
         per_tile = full * max(self.kc, config.min_matmul_cycles)
         if last:
             per_tile += max(last, config.min_matmul_cycles)
-        return self.tm * self.tn * per_tile + (self.groups * self.chunks + self.fences) * drain_cycles(config)
+        return (self.tm * self.tn * per_tile + self.groups * self.chunks * drain_cycles(config)
+                + self.row_gaps * self.gap_cycles(config))
 
     def dma_cycles(self, config: ChipConfig, bytes_per_cycle: float, latency: int = 32) -> float:
         """Schedule model of the DMA-fed stream (gemm_stream), per group:
@@ -120,7 +132,7 @@ class GemmPlan:
         total = 0.0
         for (na, nb), count in kinds.items():
             tiles = na * nb
-            chunk = tiles * step + (na * drain_cycles(config) if self.row_fence else 0)  # MATMUL cycles of one chunk
+            chunk = tiles * step + (na * self.gap_cycles(config) if self.row_gap else 0)  # MATMUL cycles of one chunk
             compute = chunk * self.chunks
             chunk_load = (na * R + nb * C) * min(self.kc, self.k)
             stores = tiles * R * C * 4
@@ -180,13 +192,19 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
               b_words: int | None = None,
               acc_words: int | None = None, k_chunk: int | None = None,
               avoid_unit_chunk: bool = False, a_panel_extra: int = 0, block: int = 1,
-              bytes_per_cycle: float | None = None, nbuf: int = 2) -> GemmPlan:
+              bytes_per_cycle: float | None = None, nbuf: int = 2, a_words: int | None = None,
+              row_gap: str | None = None) -> GemmPlan:
     """Choose group sizes and the K chunk for an ``m x n x k`` GEMM on ``config``.
 
-    ``operand_words`` (A and B), ``b_words`` (B only) and ``acc_words`` limit the SRAM words the
-    plan may use (errata, fused kernels); ``k_chunk`` caps the K steps per MATMUL (a tuning knob); ``a_panel_extra`` words
-    are reserved after every A panel (FL-ME-002).
+    ``operand_words`` (A and B), ``a_words`` (A only), ``b_words`` (B only) and ``acc_words`` limit
+    the SRAM words the plan may use (errata, fused kernels); ``k_chunk`` caps the K steps per MATMUL
+    (a tuning knob); ``a_panel_extra`` words are reserved after every A panel and ``row_gap`` parts
+    the tile rows (FL-ME-002; default: "fence" with a panel extra, else none).
     """
+    if row_gap is None:
+        row_gap = "fence" if a_panel_extra else ""
+    if row_gap not in ("", "fence", "spacer"):
+        raise ValueError(f"row_gap must be '', 'fence' or 'spacer', got {row_gap!r}")
     for name, v in (("m", m), ("n", n), ("k", k)):
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -194,6 +212,7 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
         raise ValueError(f"k_chunk must be a positive integer, got {k_chunk!r}")
     op_words = config.operand_depth if operand_words is None else operand_words
     bw = op_words if b_words is None else min(op_words, b_words)
+    aw = op_words if a_words is None else min(op_words, a_words)
     tm, tn = math.ceil(m / config.rows), math.ceil(n / config.cols)
     max_tiles = (config.acc_depth if acc_words is None else acc_words) // config.rows
     if max_tiles < 1:
@@ -206,7 +225,7 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
         for gb in {1, gb_max, min(tn, ga), min(gb_max, max(1, ga))}:
             if gb < 1 or ga * gb > max_tiles:
                 continue
-            cap = min(op_words // ga - a_panel_extra, bw // gb)
+            cap = min(aw // ga - a_panel_extra, bw // gb)
             if cap < 1:
                 continue
             try:
@@ -214,7 +233,7 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
             except ValueError as e:
                 last_error = e
                 continue
-            plan = GemmPlan(m, n, k, tm, tn, ga, gb, kc, nbuf, row_fence=a_panel_extra > 0)
+            plan = GemmPlan(m, n, k, tm, tn, ga, gb, kc, nbuf, row_gap=row_gap)
             cmds = tm * tn * plan.chunks
             waits = plan.groups * plan.chunks
             if bytes_per_cycle:  # operands arrive by DMA: the slower of compute and DRAM traffic
@@ -235,27 +254,46 @@ def plan_gemm(config: ChipConfig, m: int, n: int, k: int, *, operand_words: int 
 
 def plan_for(config: ChipConfig, constraints: GemmConstraints, m: int, n: int, k: int, *,
              acc_words: int | None = None, k_chunk: int | None = None, block: int = 1,
-             double_buffer: bool = True, board=None) -> GemmPlan:
+             double_buffer: bool = True, board=None, fp: bool = False, row_gap: str | None = None) -> GemmPlan:
     """Plan under the constraints the active mitigations set (workarounds.GemmConstraints), in
-    one operand buffer (half of each operand SRAM when double-buffered), for the board's DRAM."""
+    one operand buffer (half of each operand SRAM when double-buffered), for the board's DRAM.
+
+    FL-ME-002 (``repeat_first_a_word``) parts the tile rows with a spacer MATMUL or a FENCE,
+    whichever the model says is faster: a spacer costs a third of a FENCE's drain on 4x4, but its
+    zero B words and the A words below the first buffer come off the operand SRAMs, which can
+    cost a K chunk (a GEMM that fills B takes FENCEs; so FL-SR-001's top B word stays in use). The
+    FP path (``fp``) always takes FENCEs: an FP spacer could compute NaN x 0 or turn -0 into +0.
+    ``row_gap`` forces one of the choices (tests, measurements)."""
+    stale = constraints.repeat_first_a_word
+    gaps = (("spacer", "fence") if not fp else ("fence",)) if stale else ("",)
+    if row_gap is not None:
+        if row_gap not in gaps:
+            raise ValueError(f"row_gap {row_gap!r} does not fit these constraints and format; possible: {gaps}")
+        gaps = (row_gap,)
     best, best_cycles, error = None, math.inf, None
-    for nbuf in ((2, 1) if double_buffer else (1,)):  # double buffering when the model says it pays
-        try:
-            plan = plan_gemm(
-                config, m, n, k,
-                operand_words=config.operand_depth // nbuf,
-                b_words=(config.operand_depth - constraints.b_reserved_top_words) // nbuf,
-                acc_words=acc_words, k_chunk=k_chunk, avoid_unit_chunk=constraints.avoid_unit_chunk,
-                a_panel_extra=1 if constraints.repeat_first_a_word else 0, block=block,
-                bytes_per_cycle=None if board is None else board.bytes_per_cycle, nbuf=nbuf,
-            )
-        except ValueError as e:
-            error = error or e
-            continue
-        cycles = (plan.dma_cycles(config, board.bytes_per_cycle, board.latency) if board is not None
-                  else plan.predicted_cycles(config))
-        if cycles < best_cycles * 0.98:  # single buffering only when clearly better
-            best, best_cycles = plan, cycles
+    for gap in gaps:
+        below = SPACER_K if gap == "spacer" else 0  # A words under the first buffer, zero B words on top
+        pick, pick_cycles = None, math.inf
+        for nbuf in ((2, 1) if double_buffer else (1,)):  # double buffering when the model says it pays
+            try:
+                plan = plan_gemm(
+                    config, m, n, k,
+                    operand_words=config.operand_depth // nbuf,
+                    a_words=(config.operand_depth - below) // nbuf,
+                    b_words=(config.operand_depth - constraints.b_reserved_top_words - below) // nbuf,
+                    acc_words=acc_words, k_chunk=k_chunk, avoid_unit_chunk=constraints.avoid_unit_chunk,
+                    a_panel_extra=1 if stale else 0, block=block, row_gap=gap,
+                    bytes_per_cycle=None if board is None else board.bytes_per_cycle, nbuf=nbuf,
+                )
+            except ValueError as e:
+                error = error or e
+                continue
+            cycles = (plan.dma_cycles(config, board.bytes_per_cycle, board.latency) if board is not None
+                      else plan.predicted_cycles(config))
+            if cycles < pick_cycles * 0.98:  # single buffering only when clearly better
+                pick, pick_cycles = plan, cycles
+        if pick is not None and pick_cycles < best_cycles:
+            best, best_cycles = pick, pick_cycles
     if best is None:
         raise error
     return best
@@ -293,6 +331,7 @@ class GemmBuffers:
     blocks: int = 0
     scratch: Buffer | None = None  # for a fused kernel's own results (``scratch_bytes``)
     epilogue: Buffer | None = None  # the epilogue's bias and parameter words (kernels/epilogue.py)
+    zeros: Buffer | None = None  # SPACER_K zero B words for FL-ME-002's spacers
 
 
 def _words_bytes(words: np.ndarray, nbytes: int) -> bytes:
@@ -328,7 +367,11 @@ def stage_operands(dev, plan: GemmPlan, a_words, b_words, fp: tuple | None = Non
     if epilogue_words is not None:
         epi = dev.dram.alloc(epilogue_words.size * 4, "epilogue")
         dev.dram_write(epi, np.ascontiguousarray(epilogue_words, "<u4").tobytes())
-    return GemmBuffers(a, b, c, sa, sb, blocks, scratch, epi)
+    zeros = None
+    if plan.row_gap == "spacer":
+        zeros = dev.dram.alloc(SPACER_K * cfg.cols, "zeros")
+        dev.dram_write(zeros, bytes(zeros.nbytes))
+    return GemmBuffers(a, b, c, sa, sb, blocks, scratch, epi, zeros)
 
 
 def read_tiles(dev, bufs: GemmBuffers, plan: GemmPlan, out: np.ndarray) -> None:
@@ -372,15 +415,20 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
     acc_wb = 4 * C
     nbuf = plan.nbuf
     depth = cfg.operand_depth
-    cap_a = depth // nbuf
-    cap_b = (depth - constraints.b_reserved_top_words) // nbuf
-    cap_s = cfg.scale_depth // nbuf
     stale = constraints.repeat_first_a_word
-    assert plan.row_fence == stale, "plan the GEMM under the constraints it streams with (plan_for)"
+    fp = fmt != Format.INT8
+    gap = plan.row_gap
+    assert (gap != "") == stale and (gap != "spacer" or not fp), \
+        "plan the GEMM under the constraints and format it streams with (plan_for)"
+    below = SPACER_K if gap == "spacer" else 0
+    a_off = below  # the first A buffer starts above the words a row-0 spacer reads
+    cap_a = (depth - below) // nbuf
+    zero_b = depth - constraints.b_reserved_top_words - below  # the spacers' zero B words
+    cap_b = zero_b // nbuf
+    cap_s = cfg.scale_depth // nbuf
     a_stride = plan.kc + 1 if stale else plan.kc
     spp = -(-plan.kc // BLOCK)
     K = plan.k
-    fp = fmt != Format.INT8
     groups = []
     for row, gi in enumerate(range(0, plan.tm, plan.ga)):
         cols = list(range(0, plan.tn, plan.gb))
@@ -442,9 +490,10 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
         cmds = []
         if load_a[idx]:
             at = bufs.a.addr + (gi * K + k0) * R
-            cmds.append(((a_stride, K * R), dict(region=Region.A, sram=ab * cap_a, dram=at, words=kc, rows=na)))
+            cmds.append(((a_stride, K * R), dict(region=Region.A, sram=a_off + ab * cap_a, dram=at, words=kc, rows=na)))
             if stale:  # FL-ME-002: each panel's first word again right after it
-                cmds.append(((a_stride, K * R), dict(region=Region.A, sram=ab * cap_a + kc, dram=at, words=1, rows=na)))
+                cmds.append(((a_stride, K * R), dict(region=Region.A, sram=a_off + ab * cap_a + kc, dram=at, words=1,
+                                                     rows=na)))
             if fp:
                 b0, nblk = k0 // BLOCK, -(-kc // BLOCK)
                 cmds.append(((spp, bufs.blocks * R), dict(region=Region.SA, sram=ab * cap_s, words=nblk, rows=na,
@@ -476,7 +525,8 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
         g, ci, k0, kc, last = chunks[idx]
         gi, gj, na, nb = groups[g]
         ab, bb = a_buf[idx], b_buf[idx]
-        if plan.row_fence:  # FL-ME-002: a gap before every panel change, the chunk's first included
+        a_row = a_off + ab * cap_a + p * a_stride
+        if gap == "fence":  # FL-ME-002: a gap before every panel change, the chunk's first included
             out.append(_FENCE)
         for q in range(nb):
             slot = p * nb + q
@@ -496,8 +546,15 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
                 sig = SEM["FREE"]
             if last and q == nb - 1 and epi_base is None:
                 sig2 = SEM["C_READY"]
+            if q == 0 and gap == "spacer":
+                # FL-ME-002 without a drain: this MATMUL adds A x 0 into the row's first tile (its
+                # own first A word may be the stale one) and ends at word a_row, so the row's first
+                # MATMUL, issued back to back, reads its first A word where the erratum looks. It
+                # takes the row's wait: it writes the slot that wait frees.
+                out.append(matmul(a=a_row - SPACER_K, b=zero_b, c=slot * R, k=SPACER_K, accumulate=True, wait=wait))
+                wait = None
             scales = {"sa": ab * cap_s + p * spp, "sb": bb * cap_s + q * spp} if fp else {}
-            out.append(matmul(a=ab * cap_a + p * a_stride, b=bb * cap_b + q * plan.kc, c=slot * R, k=kc,
+            out.append(matmul(a=a_row, b=bb * cap_b + q * plan.kc, c=slot * R, k=kc,
                               accumulate=ci > 0, fmt=fmt, wait=wait, signal=sig, signal2=sig2, **scales))
             led.signal(sig, sig2)
             if last and q == nb - 1 and epi_base is not None:  # the epilogue, then C_READY
@@ -536,6 +593,9 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
                 out.extend(group_tail(g, gi, gj, na, nb, led, bufs))
             prev_stores, waited = (na, nb), 0
 
+    if gap == "spacer":  # the spacers' zero B words, ahead of every chunk's loads
+        assert bufs.zeros is not None, "stage the GEMM's operands for its plan (stage_operands)"
+        out.append(dma_load(Region.B, sram=zero_b, dram=bufs.zeros.addr, words=SPACER_K))
     if nbuf == 2:
         loads(0)
     idx = 0

@@ -98,7 +98,7 @@ async def mx_gemm_codes(dev: KernelDevice, a_codes, b_codes, a_scales, b_scales,
         if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or arr.shape != shape:
             raise ValueError(f"{name} must be uint8 E8M0 codes of shape {shape} (one per {BLOCK} K elements), "
                              f"got {getattr(arr, 'dtype', type(arr).__name__)} {getattr(arr, 'shape', '')}")
-    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk, block=BLOCK, board=dev.board)
+    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk, block=BLOCK, board=dev.board, fp=True)
     a_words, b_words = prepare_operands(a_codes.view(np.int8), b_codes.view(np.int8), cfg, plan)
     # scale words: per A panel and block, ROWS codes (byte i = row i); per B panel, COLS codes
     sa = np.full((plan.tm * cfg.rows, k // BLOCK), 127, np.uint8)

@@ -104,7 +104,8 @@ ERRATA: tuple[Erratum, ...] = (
         implication="Every tile but the first of a streamed GEMM uses a wrong A[:, 0].",
         reproducer="repro_b2b_stale_a",
         mitigation="each A panel carries a copy of its first word at base + K, so the stale read returns the "
-        "right value; a FENCE separates MATMULs on different panels",
+        "right value; before each change of panel, an int8 GEMM queues a 2-step spacer MATMUL on zero B words "
+        "that ends where the next panel starts (4 cycles on 4x4), an FP GEMM a FENCE (a 12-cycle drain)",
         mitigation_kind="kernel",
         cell=GemmCell(m=8, n=8, k=16),
         scale=GemmCell(m=128, n=128, k=128),
