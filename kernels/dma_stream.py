@@ -18,7 +18,7 @@ __all__ = ["SEM", "ATTN_SEM", "Ledger"]
 # counting semaphore per purpose pairs the k-th wait with the k-th signal: LOADED (a chunk's loads
 # have landed), FREE (a chunk's MATMULs are done with its buffers), C_READY (a tile row's last
 # MATMUL is done), C_FREE (its store has read it), AUX/AUX_FREE (a fused kernel's own).
-SEM = {"LOADED": 0, "FREE": 1, "C_READY": 4, "C_FREE": 5, "AUX": 6, "AUX_FREE": 7}
+SEM = {"LOADED": 0, "FREE": 1, "ZEROS": 2, "C_READY": 4, "C_FREE": 5, "AUX": 6, "AUX_FREE": 7}
 assert len(set(SEM.values())) == len(SEM) <= SEMAPHORES
 # Flash attention's (kernels/attention.py): a K tile (and its mask) landed / its MATMULs and the
 # VEC that reads the mask are done; the same for the V tile; a query block's Q landed / done; the

@@ -90,8 +90,10 @@ class GemmPlan:
 
     @property
     def row_gaps(self) -> int:
-        """FENCEs or spacers the stream puts between MATMULs: one per tile row of every chunk."""
-        return self.chunks * self.tm * math.ceil(self.tn / self.gb) if self.row_gap else 0
+        """FENCEs or spacers the stream puts between MATMULs: one per tile row of every chunk (a
+        spacer not before the first: no MATMUL precedes it)."""
+        rows = self.chunks * self.tm * math.ceil(self.tn / self.gb)
+        return {"": 0, "fence": rows, "spacer": rows - 1}[self.row_gap]
 
     def gap_cycles(self, config: ChipConfig) -> int:
         """Cycles one row gap costs the engine: a FENCE drains it, a spacer holds the feed for
@@ -512,16 +514,23 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
             last = i == len(cmds) - 1
             out.append(dma_load(region, **kw, wait=wait if i == 0 else None, signal=SEM["LOADED"] if last else None))
         led.signal(SEM["LOADED"])
+        if idx == 0 and gap == "spacer":
+            # the spacers' zero B words, behind the first chunk's operands so that they do not
+            # delay its MATMULs; the first spacer (the stream's second tile row) waits for them
+            assert bufs.zeros is not None, "stage the GEMM's operands for its plan (stage_operands)"
+            out.append(dma_load(Region.B, sram=zero_b, dram=bufs.zeros.addr, words=SPACER_K, signal=SEM["ZEROS"]))
+            led.signal(SEM["ZEROS"])
 
     # chunk i's last MATMUL signals FREE when the chunk nbuf later loads into a buffer it read
     frees_needed = [i + nbuf < len(chunks) for i in range(len(chunks))]
     prev_stores: tuple[int, int] | None = None  # (tile rows, tiles per row) of the group before
     waited = 0
+    rows_done = 0  # tile rows streamed so far: the first has no MATMUL before it, so no spacer
 
     def row(idx: int, p: int) -> None:
         """The MATMULs of tile row ``p`` of chunk ``idx`` (and, in the group's last chunk, the
         row's store)."""
-        nonlocal waited, epi_wait
+        nonlocal waited, epi_wait, rows_done
         g, ci, k0, kc, last = chunks[idx]
         gi, gj, na, nb = groups[g]
         ab, bb = a_buf[idx], b_buf[idx]
@@ -546,11 +555,17 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
                 sig = SEM["FREE"]
             if last and q == nb - 1 and epi_base is None:
                 sig2 = SEM["C_READY"]
-            if q == 0 and gap == "spacer":
+            if q == 0 and gap == "spacer" and rows_done:
                 # FL-ME-002 without a drain: this MATMUL adds A x 0 into the row's first tile (its
                 # own first A word may be the stale one) and ends at word a_row, so the row's first
                 # MATMUL, issued back to back, reads its first A word where the erratum looks. It
                 # takes the row's wait: it writes the slot that wait frees.
+                if rows_done == 1:  # the first spacer: its zero B words must have arrived
+                    zw = led.queue_wait(SEM["ZEROS"])
+                    if wait is None:
+                        wait = zw
+                    else:
+                        out.append(nop(wait=zw))
                 out.append(matmul(a=a_row - SPACER_K, b=zero_b, c=slot * R, k=SPACER_K, accumulate=True, wait=wait))
                 wait = None
             scales = {"sa": ab * cap_s + p * spp, "sb": bb * cap_s + q * spp} if fp else {}
@@ -570,6 +585,7 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
                                      signal=SEM["C_FREE"] if more else None))
                 if more:
                     led.signal(SEM["C_FREE"])
+        rows_done += 1
 
     def start(idx: int) -> None:
         """Queue the loads one chunk ahead and wait for this chunk's operands."""
@@ -593,9 +609,6 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
                 out.extend(group_tail(g, gi, gj, na, nb, led, bufs))
             prev_stores, waited = (na, nb), 0
 
-    if gap == "spacer":  # the spacers' zero B words, ahead of every chunk's loads
-        assert bufs.zeros is not None, "stage the GEMM's operands for its plan (stage_operands)"
-        out.append(dma_load(Region.B, sram=zero_b, dram=bufs.zeros.addr, words=SPACER_K))
     if nbuf == 2:
         loads(0)
     idx = 0
