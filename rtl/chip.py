@@ -11,7 +11,7 @@ SRAM while the trace buffer (``rtl/trace.py``) writes an entry.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, DomainRenamer, Module, Mux, ResetInserter, ResetSignal, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -79,8 +79,8 @@ class _FaultyPorts:
         m.d.comb += [write_port.addr.eq(addr), write_port.data.eq(data), write_port.en.eq(self.write.en)]
         self._reads = 0
 
-    def read_port(self):
-        m, port = self._m, self._mem.read_port()
+    def read_port(self, domain: str = "sync"):
+        m, port = self._m, self._mem.read_port(domain=domain)
         tag = f"r{self._reads}"
         self._reads += 1
         p = _Proxy()
@@ -88,7 +88,7 @@ class _FaultyPorts:
         addr = self._sab.address(p.addr, tag)
         m.d.comb += port.addr.eq(addr)
         p.data = Signal.like(port.data)
-        m.d.comb += p.data.eq(self._sab.read(addr, port.data, tag))
+        m.d.comb += p.data.eq(self._sab.read(addr, port.data, tag, domain))
         return p
 
 
@@ -166,7 +166,22 @@ class Chip(wiring.Component):
         m.submodules.dma_store = ResetInserter(soft_rst)(dma_st)
         vu = VectorUnit(cfg, defects) if cfg.vector else None
         if vu is not None:
-            m.submodules.vector = ResetInserter(soft_rst)(vu)
+            # The vector unit runs on a gated clock ("vec"): the sync clock in the cycles it has
+            # a VEC to accept or in flight (or a reset to take), held otherwise. It behaves
+            # exactly as on the sync clock (nothing in it changes while it is idle), but a
+            # simulator evaluates its 4 lanes of fp32 logic only on "vec" edges: Verilator
+            # schedules logic by the clocks that can change its inputs. The enable is sampled
+            # on the falling edge, as a clock-gating cell's latch does, so the gated clock has
+            # no glitch. docs/chip.md, "The vector unit's clock".
+            m.domains.vec = ClockDomain("vec", local=True)
+            m.domains.vec_en = ClockDomain("vec_en", clk_edge="neg", reset_less=True, local=True)
+            vec_en, vec_en_q = Signal(), Signal(name="vec_clk_en")
+            m.d.comb += [ClockSignal("vec_en").eq(ClockSignal("sync")),
+                         vec_en.eq(vu.start | vu.busy | soft_rst | ResetSignal("sync")),
+                         ClockSignal("vec").eq(ClockSignal("sync") & vec_en_q),
+                         ResetSignal("vec").eq(ResetSignal("sync"))]
+            m.d.vec_en += vec_en_q.eq(vec_en)
+            m.submodules.vector = ResetInserter({"vec": soft_rst})(DomainRenamer("vec")(vu))
         # The trace buffer is debug state: a soft reset keeps what it recorded (trace.flush).
         m.submodules.trace = trace = TraceBuffer(cfg)
         # the AXI master port: reads from the load unit, writes from the store unit
@@ -268,7 +283,7 @@ class Chip(wiring.Component):
             cmdp.rd_busy.eq(reducer.busy),
         ]
         if vu is not None:  # its own two read ports into ACC (a and b)
-            acc_rp_vu_a, acc_rp_vu_b = acc_mem.read_port(), acc_mem.read_port()
+            acc_rp_vu_a, acc_rp_vu_b = acc_mem.read_port("vec"), acc_mem.read_port("vec")
             m.d.comb += [
                 acc_rp_vu_a.addr.eq(vu.acc_rd_addr), vu.acc_rd_data.eq(acc_rp_vu_a.data),
                 acc_rp_vu_b.addr.eq(vu.b_rd_addr), vu.b_rd_data.eq(acc_rp_vu_b.data),

@@ -151,19 +151,19 @@ class SramSaboteur:
             self.shadows.append((d, tf | cf, victim, shadow))
         return data
 
-    def read(self, addr_phys, data, tag: str):
-        """Read-path faults on one read port: ``addr_phys`` is the (faulty) address presented;
-        ``data`` the array's read data one cycle later."""
+    def read(self, addr_phys, data, tag: str, domain: str = "sync"):
+        """Read-path faults on one read port (clocked by ``domain``): ``addr_phys`` is the
+        (faulty) address presented; ``data`` the array's read data one cycle later."""
         m = self.m
         if not self.descs:
             return data
         addr_q = Signal(len(addr_phys), name=f"{self.name}_{tag}_aq")
-        m.d.sync += addr_q.eq(addr_phys)
+        m.d[domain] += addr_q.eq(addr_phys)
         data = stuck_value(m, data, self.descs, FaultKind.SRAM_STUCK, self.index, f"{self.name}_{tag}_rd",
                            extra=lambda d: addr_q == d.addr)
         for n, (d, on, victim, shadow) in enumerate(self.shadows):
             sh_q = Signal(name=f"{self.name}_{tag}_sh{n}")
-            m.d.sync += sh_q.eq(shadow)
+            m.d[domain] += sh_q.eq(shadow)
             one = _onehot(m, len(data), d.bit, f"{self.name}_{tag}_shbit{n}")
             out = Signal(len(data), name=f"{self.name}_{tag}_sd{n}")
             m.d.comb += out.eq(Mux(on & (addr_q == victim), Mux(sh_q, data | one, data & ~one), data))
