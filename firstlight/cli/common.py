@@ -171,8 +171,9 @@ def add_formats_option(p: argparse.ArgumentParser) -> None:
                    help=f"MATMUL formats to build the chip with ({' '.join(FORMAT_NAMES)}, default all); an "
                    "int8-only chip builds ~3x faster and simulates ~3.5x faster")
     p.add_argument("--no-vector", dest="vector", action="store_false",
-                   help="build the chip without the vector unit (no softmax, norms or attention; GEMMs and "
-                        "reductions simulate faster: see docs/simulation.md)")
+                   help="build the chip without the vector unit (no softmax, norms or attention): it builds "
+                        "faster; it simulates GEMMs and reductions at the same speed, since the unit's gated "
+                        "clock stops it while idle (docs/simulation.md)")
 
 
 # ---- helpers ------------------------------------------------------------------------------------
