@@ -409,6 +409,7 @@ def elaborate(variant: Variant):
     from rtl.chip import Chip
 
     return Chip(variant.config, revision=variant.revision, faults=variant.faults, fault_port=variant.fault_port,
+                gated_clocks=True,
                 board=variant.board)
 
 

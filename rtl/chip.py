@@ -108,7 +108,8 @@ class Chip(wiring.Component):
     """
 
     def __init__(self, config: ChipConfig | None = None, revision: str = "A0", faults: tuple[str, ...] = (),
-                 defects: frozenset[str] | None = None, fault_port: bool = False, board: BoardConfig | None = None):
+                 defects: frozenset[str] | None = None, fault_port: bool = False, board: BoardConfig | None = None,
+                 gated_clocks: bool = False):
         config = ChipConfig() if config is None else config
         if not isinstance(config, ChipConfig):
             raise TypeError(f"config must be a ChipConfig, not {config!r}")
@@ -121,6 +122,11 @@ class Chip(wiring.Component):
         self.revision = revision
         self.faults = tuple(faults)
         self.fault_port = fault_port
+        # Gated clocks for the vector unit and the engine's FP finalize stage: a simulation-speed
+        # device for the Verilog builds (cosim/build.py turns it on). Amaranth's simulator gives
+        # a clock driven by logic a delta cycle of delay, so its registers would sample the
+        # core-clock registers' new values: a chip run there keeps every unit on one clock.
+        self.gated_clocks = gated_clocks
         # The board's DRAM, as the DMA checks descriptors against it and DRAM0/DRAM1 publish it.
         self.board = (BoardConfig() if board is None else board).resolve(config)
         super().__init__(
@@ -154,7 +160,7 @@ class Chip(wiring.Component):
         faults = [data.View(FAULT_LAYOUT, Const(f.encode(), FAULT_LAYOUT.size)) for f in self.fault_list]
         if self.fault_port:
             faults.append(data.View(FAULT_LAYOUT, self.fault_sel[:FAULT_LAYOUT.size]))
-        engine = MatrixEngine(cfg, defects, faults)
+        engine = MatrixEngine(cfg, defects, faults, gated_fp=self.gated_clocks)
         reducer = ReductionUnit(cfg, defects, faults)
         cmdp = CommandProcessor(cfg, self.board, defects, faults)
         dma_ld = DmaLoad(cfg, self.board, defects, faults)
@@ -165,7 +171,9 @@ class Chip(wiring.Component):
         m.submodules.dma_load = ResetInserter(soft_rst)(dma_ld)
         m.submodules.dma_store = ResetInserter(soft_rst)(dma_st)
         vu = VectorUnit(cfg, defects) if cfg.vector else None
-        if vu is not None:
+        if vu is not None and not self.gated_clocks:
+            m.submodules.vector = ResetInserter(soft_rst)(vu)
+        elif vu is not None:
             # The vector unit runs on a gated clock ("vec"): the sync clock in the cycles it has
             # a VEC to accept or in flight (or a reset to take), held otherwise. It behaves
             # exactly as on the sync clock (nothing in it changes while it is idle), but a
@@ -283,7 +291,8 @@ class Chip(wiring.Component):
             cmdp.rd_busy.eq(reducer.busy),
         ]
         if vu is not None:  # its own two read ports into ACC (a and b)
-            acc_rp_vu_a, acc_rp_vu_b = acc_mem.read_port("vec"), acc_mem.read_port("vec")
+            vec = "vec" if self.gated_clocks else "sync"
+            acc_rp_vu_a, acc_rp_vu_b = acc_mem.read_port(vec), acc_mem.read_port(vec)
             m.d.comb += [
                 acc_rp_vu_a.addr.eq(vu.acc_rd_addr), vu.acc_rd_data.eq(acc_rp_vu_a.data),
                 acc_rp_vu_b.addr.eq(vu.b_rd_addr), vu.b_rd_data.eq(acc_rp_vu_b.data),

@@ -15,7 +15,7 @@ tiles never complete a row in the same cycle. Back-to-back MATMULs stream with n
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -59,8 +59,10 @@ class MatrixEngine(wiring.Component):
         in the order they start.
     """
 
-    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), faults=()):
+    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), faults=(),
+                 gated_fp: bool = False):
         self.config = config
+        self.gated_fp = gated_fp  # the FP finalize stage on its own gated clock (Verilog builds)
         self.defects = frozenset(defects)
         self.faults = list(faults)  # fault descriptors (rtl/saboteurs.py): PE product / accumulator bits
         aw = (config.operand_depth - 1).bit_length()
@@ -207,6 +209,30 @@ class MatrixEngine(wiring.Component):
                 m.d.sync += nxt.eq(cur)
                 cur = nxt
             b_in.append(cur)
+
+        # the domain of the FP finalize stage's registers
+        self._fp = "fp" if self.config.has_fp and self.gated_fp else "sync"
+        if self._fp == "fp":
+            # The FP finalize stage (the PEs' pending block sums, the row units, the fp32
+            # accumulators) runs on a gated clock, "fp": the core clock from an FP MATMUL's first
+            # feed step until its last block has left the array (a countdown of the drain plus
+            # a margin), held otherwise. Those registers change only on FP work, so the chip
+            # behaves as on the core clock; a simulator evaluates the units' rounding and fp32
+            # adders only on "fp" edges, not on every cycle of an int8 MATMUL. The enable is
+            # sampled on the falling edge (a clock-gating cell's latch): no glitch.
+            m.domains.fp = ClockDomain("fp", local=True)
+            m.domains.fp_en = ClockDomain("fp_en", clk_edge="neg", reset_less=True, local=True)
+            fp_left = Signal(range(cfg.engine_drain_cycles + 8))
+            fp_feed = feed_valid & (fmt != Format.INT8)
+            with m.If(fp_feed):
+                m.d.sync += fp_left.eq(cfg.engine_drain_cycles + 4)
+            with m.Elif(fp_left != 0):
+                m.d.sync += fp_left.eq(fp_left - 1)
+            fp_en_q = Signal(name="fp_clk_en")
+            m.d.comb += [ClockSignal("fp_en").eq(ClockSignal("sync")),
+                         ClockSignal("fp").eq(ClockSignal("sync") & fp_en_q),
+                         ResetSignal("fp").eq(ResetSignal("sync"))]
+            m.d.fp_en += fp_en_q.eq(fp_feed | (fp_left != 0) | ResetSignal("sync"))
 
         # ---- PE grid --------------------------------------------------------------------------
         # Each PE: the int8 MAC (32-bit wrap-around) and the FP path (exact products summed
@@ -418,12 +444,12 @@ class MatrixEngine(wiring.Component):
         pend_valid, pend_unit = Signal(name=f"{t}_pend_v"), Signal(name=f"{t}_pend_u")
         unit = Mux(fmt == Format.E4M3, self._UNIT_EXP[Format.E4M3],
                    Mux(fmt == Format.E5M2, self._UNIT_EXP[Format.E5M2], self._UNIT_EXP[Format.E2M1]))
-        m.d.sync += pend_valid.eq(valid & blast & (fmt != Format.INT8))
+        m.d[self._fp] += pend_valid.eq(valid & blast & (fmt != Format.INT8))
         with m.If(valid):
             m.d.sync += [blk_lo.eq(lo_new), blk_hi.eq(hi_new), bnan.eq(nan_new), bpinf.eq(pinf_new),
                          bninf.eq(ninf_new)]
             with m.If(blast):
-                m.d.sync += [
+                m.d[self._fp] += [
                     pend["lo"].eq(lo_new), pend["hi"].eq(hi_new), pend["nan"].eq(nan_new),
                     pend["pinf"].eq(pinf_new), pend["ninf"].eq(ninf_new),
                     pend["scale_nan"].eq((sa == 0xFF) | (sb == 0xFF)),
@@ -435,7 +461,7 @@ class MatrixEngine(wiring.Component):
         with m.If(valid & bfirst):
             m.d.sync += first_blk.eq(first)
         with m.If(valid & blast):
-            m.d.sync += pend["first_blk"].eq(Mux(bfirst, first, first_blk))
+            m.d[self._fp] += pend["first_blk"].eq(Mux(bfirst, first, first_blk))
         return {"valid": pend_valid, "unit": pend_unit, "last": pend_last, "fmt": pend_fmt, "int": pend_int,
                 "pend": pend}
 
@@ -495,7 +521,7 @@ class MatrixEngine(wiring.Component):
             m.d.comb += acc32_new.eq(Mux(x["first_blk"], r, summed))
             for j, p in enumerate(pending):
                 with m.If(sel[j]):
-                    m.d.sync += p["pend"]["acc32"].eq(acc32_new)
+                    m.d[self._fp] += p["pend"]["acc32"].eq(acc32_new)
             pending_out = [(sel[j], acc32_new) for j in range(len(pending))]
             for j, (s, v) in enumerate(pending_out):
                 pending[j].setdefault("outs", []).append((s, v))
