@@ -11,12 +11,13 @@ SRAM while the trace buffer (``rtl/trace.py``) writes an entry.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, DomainRenamer, Module, Mux, ResetInserter, ResetSignal, Signal
+from amaranth.hdl import Cat, Const, DomainRenamer, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import axi_members
 from .board import BoardConfig
+from .clock_gate import add_gated_domain
 from .cmdproc import CommandProcessor
 from .dma import LOAD_REGIONS, DmaLoad, DmaStore
 from .config import ChipConfig, log2
@@ -174,21 +175,11 @@ class Chip(wiring.Component):
         if vu is not None and not self.gated_clocks:
             m.submodules.vector = ResetInserter(soft_rst)(vu)
         elif vu is not None:
-            # The vector unit runs on a gated clock ("vec"): the sync clock in the cycles it has
-            # a VEC to accept or in flight (or a reset to take), held otherwise. It behaves
-            # exactly as on the sync clock (nothing in it changes while it is idle), but a
-            # simulator evaluates its 4 lanes of fp32 logic only on "vec" edges: Verilator
-            # schedules logic by the clocks that can change its inputs. The enable is sampled
-            # on the falling edge, as a clock-gating cell's latch does, so the gated clock has
-            # no glitch. docs/chip.md, "The vector unit's clock".
-            m.domains.vec = ClockDomain("vec", local=True)
-            m.domains.vec_en = ClockDomain("vec_en", clk_edge="neg", reset_less=True, local=True)
-            vec_en, vec_en_q = Signal(), Signal(name="vec_clk_en")
-            m.d.comb += [ClockSignal("vec_en").eq(ClockSignal("sync")),
-                         vec_en.eq(vu.start | vu.busy | soft_rst | ResetSignal("sync")),
-                         ClockSignal("vec").eq(ClockSignal("sync") & vec_en_q),
-                         ResetSignal("vec").eq(ResetSignal("sync"))]
-            m.d.vec_en += vec_en_q.eq(vec_en)
+            # The vector unit runs on a gated clock ("vec", rtl/clock_gate.py) in the cycles it
+            # has a VEC to accept or in flight, or a soft reset to take: nothing in it changes
+            # while it is idle, and its 4 lanes of fp32 logic are not evaluated then
+            # (docs/chip.md, "The vector unit's clock").
+            add_gated_domain(m, "vec", vu.start | vu.busy | soft_rst)
             m.submodules.vector = ResetInserter({"vec": soft_rst})(DomainRenamer("vec")(vu))
         # The trace buffer is debug state: a soft reset keeps what it recorded (trace.flush).
         m.submodules.trace = trace = TraceBuffer(cfg)

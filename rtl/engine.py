@@ -15,10 +15,11 @@ tiles never complete a row in the same cycle. Back-to-back MATMULs stream with n
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .clock_gate import add_gated_domain
 from .config import ChipConfig
 from .ports import acc_port_members
 from .fp32 import CANONICAL_NAN, POS_INF, fp32_add, round_to_fp32
@@ -214,25 +215,21 @@ class MatrixEngine(wiring.Component):
         self._fp = "fp" if self.config.has_fp and self.gated_fp else "sync"
         if self._fp == "fp":
             # The FP finalize stage (the PEs' pending block sums, the row units, the fp32
-            # accumulators) runs on a gated clock, "fp": the core clock from an FP MATMUL's first
-            # feed step until its last block has left the array (a countdown of the drain plus
-            # a margin), held otherwise. Those registers change only on FP work, so the chip
-            # behaves as on the core clock; a simulator evaluates the units' rounding and fp32
-            # adders only on "fp" edges, not on every cycle of an int8 MATMUL. The enable is
-            # sampled on the falling edge (a clock-gating cell's latch): no glitch.
-            m.domains.fp = ClockDomain("fp", local=True)
-            m.domains.fp_en = ClockDomain("fp_en", clk_edge="neg", reset_less=True, local=True)
+            # accumulators) runs on a gated clock, "fp" (rtl/clock_gate.py): from an FP MATMUL's
+            # first feed step until its last block has left the array (a countdown of the drain
+            # plus a margin). Those registers change only on FP work, so the chip behaves as on
+            # the core clock; a simulator evaluates the units' rounding and fp32 adders only on
+            # "fp" edges, not on every cycle of an int8 MATMUL. A soft reset does not clear them
+            # (the engine does not see it): a pending block left over fires once into some PE's
+            # fp32 accumulator at the next FP MATMUL's first step, and that MATMUL's first block
+            # replaces every accumulator before any result is written.
             fp_left = Signal(range(cfg.engine_drain_cycles + 8))
             fp_feed = feed_valid & (fmt != Format.INT8)
             with m.If(fp_feed):
                 m.d.sync += fp_left.eq(cfg.engine_drain_cycles + 4)
             with m.Elif(fp_left != 0):
                 m.d.sync += fp_left.eq(fp_left - 1)
-            fp_en_q = Signal(name="fp_clk_en")
-            m.d.comb += [ClockSignal("fp_en").eq(ClockSignal("sync")),
-                         ClockSignal("fp").eq(ClockSignal("sync") & fp_en_q),
-                         ResetSignal("fp").eq(ResetSignal("sync"))]
-            m.d.fp_en += fp_en_q.eq(fp_feed | (fp_left != 0) | ResetSignal("sync"))
+            add_gated_domain(m, "fp", fp_feed | (fp_left != 0))
 
         # ---- PE grid --------------------------------------------------------------------------
         # Each PE: the int8 MAC (32-bit wrap-around) and the FP path (exact products summed

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernels.dma_stream import Ledger
-from kernels.gemm import GemmBuffers, gemm_stream, plan_for, prepare_operands
+from kernels.gemm import SPACER_K, GemmBuffers, gemm_stream, plan_for, prepare_operands
 from rtl import isa
 from rtl.board import BoardConfig
 from rtl.config import ChipConfig
@@ -106,7 +106,7 @@ def test_gemm_stream_computes_c_and_balances_its_semaphores(m, n, k, double_buff
     alloc = DramAllocator(board.dram_bytes, board.bus_bytes)
     R, C = cfg.rows, cfg.cols
     bufs = GemmBuffers(alloc.alloc(plan.tm * k * R), alloc.alloc(plan.tn * k * C), alloc.alloc(plan.tm * plan.tn * R * C * 4),
-                       zeros=alloc.alloc(4 * C))  # DRAM starts zeroed here
+                       zeros=alloc.alloc(SPACER_K * C))  # DRAM starts zeroed here
     assert plan.row_gap == gap
     dram[bufs.a.addr:bufs.a.addr + plan.tm * k * R] = np.asarray(aw).astype(f"<u{R}").view(np.uint8).ravel()
     dram[bufs.b.addr:bufs.b.addr + plan.tn * k * C] = np.asarray(bw).astype(f"<u{C}").view(np.uint8).ravel()
