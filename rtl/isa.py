@@ -327,23 +327,46 @@ def matmul(*, a: int, b: int, c: int, k: int, accumulate: bool = False, fmt: For
     at ``c`` (added into them with ``accumulate``). FP formats read their block scales from SA
     word ``sa`` and SB word ``sb`` onwards; the int8 path has none (``sa``/``sb`` must be 0)."""
     fmt = int(fmt)
-    if fmt == Format.INT8 and (sa or sb):
+    if fmt == _INT8 and (sa or sb):
         raise ValueError("an int8 MATMUL has no block scales: sa and sb must be 0")
-    # The hot path of every GEMM stream: the same packing as pack_command, with the offsets
-    # looked up once (tests/test_spec.py holds the two to the same bits).
-    word = _MATMUL_BASE | (bool(accumulate) << _ACC_OFF) | (Format(fmt) << _FMT_OFF)
-    for name, v in (("length", k), ("arg0", a), ("arg1", b), ("arg2", c), ("arg3.scales.sa", sa),
-                    ("arg3.scales.sb", sb), ("tag", tag), ("sync", _sync_bits(wait, signal, signal2))):
-        off, width = _FIELDS[name]
-        if not 0 <= v < (1 << width):
-            raise ValueError(f"command field {name}={v} does not fit in {width} bits")
-        word |= int(v) << off
-    return word
+    if fmt not in _FORMAT_CODES:
+        Format(fmt)  # raises the enum's own error for a code that names no format
+    # The hot path of every GEMM stream (a 256^3 GEMM packs 32,768): the same bits as
+    # pack_command, with each field's offset and limit read once (tests/test_spec.py holds the
+    # two to the same bits). One comparison per field, then one expression.
+    if not (0 <= k < _LEN_LIM and 0 <= a < _A_LIM and 0 <= b < _B_LIM and 0 <= c < _C_LIM
+            and 0 <= sa < _SA_LIM and 0 <= sb < _SB_LIM and 0 <= tag < _TAG_LIM):
+        for name, v in (("length", k), ("arg0", a), ("arg1", b), ("arg2", c), ("arg3.scales.sa", sa),
+                        ("arg3.scales.sb", sb), ("tag", tag)):
+            if not 0 <= v < (1 << _FIELDS[name][1]):
+                raise ValueError(f"command field {name}={v} does not fit in {_FIELDS[name][1]} bits")
+    sync = 0 if wait is None and signal is None and signal2 is None else _sync_bits(wait, signal, signal2)
+    return (_MATMUL_BASE | (bool(accumulate) << _ACC_OFF) | (fmt << _FMT_OFF) | (int(k) << _LEN_OFF)
+            | (int(a) << _A_OFF) | (int(b) << _B_OFF) | (int(c) << _C_OFF) | (int(sa) << _SA_OFF)
+            | (int(sb) << _SB_OFF) | (int(tag) << _TAG_OFF) | (sync << _SYNC_OFF))
 
 
 _MATMUL_BASE = Opcode.MATMUL << _FIELDS["opcode"][0]
 _ACC_OFF = _FIELDS["flags.matmul.accumulate"][0]
 _FMT_OFF = _FIELDS["flags.matmul.fmt"][0]
+_FORMAT_CODES = frozenset(int(f) for f in Format)
+_INT8 = int(Format.INT8)  # a plain int: comparing with the enum member is several times slower
+
+
+def _off_lim(name: str) -> tuple[int, int]:
+    """A field's bit offset and the first value that does not fit in it."""
+    off, width = _FIELDS[name]
+    return off, 1 << width
+
+
+_A_OFF, _A_LIM = _off_lim("arg0")
+_B_OFF, _B_LIM = _off_lim("arg1")
+_C_OFF, _C_LIM = _off_lim("arg2")
+_SA_OFF, _SA_LIM = _off_lim("arg3.scales.sa")
+_SB_OFF, _SB_LIM = _off_lim("arg3.scales.sb")
+_TAG_OFF, _TAG_LIM = _off_lim("tag")
+_SYNC_OFF = _FIELDS["sync"][0]
+_LEN_LIM = 1 << _LEN_W
 
 
 def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0, wait: int | None = None,
