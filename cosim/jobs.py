@@ -172,7 +172,7 @@ def run_job(
     *,
     variant: Variant | None = None,
     sim: str = "verilator",
-    clock: str = "hdl",
+    clock: str | None = None,
     waves: bool = False,
     work_dir: Path | None = None,
     discover: bool = True,
@@ -200,7 +200,7 @@ def run_job(
     records_path.unlink(missing_ok=True)
     job_file = work / "job.json"
     job_file.write_text(json.dumps({"target": target, "kwargs": kwargs or {}, "records": str(records_path),
-                                    "clock": clock, "discover": discover, "config": variant.config.as_dict(),
+                                    "clock": build.clock, "discover": discover, "config": variant.config.as_dict(),
                                     "board": variant.resolved_board.as_dict(),
                                     "stimulus": str(Path(stimulus).resolve()) if stimulus else None}))
     env = {"FIRSTLIGHT_JOB": str(job_file)}
@@ -287,7 +287,7 @@ def _results_from_log(log: Path, module: str, error) -> dict[str, dict]:
 
 
 def run_cocotb_module(test_module: str, *, variant: Variant | None = None, sim: str = "verilator",
-                      clock: str = "hdl", work_dir: Path, seed: int | None = None,
+                      clock: str | None = None, work_dir: Path, seed: int | None = None,
                       extra_env: dict[str, str] | None = None) -> dict[str, dict]:
     """Run every cocotb test in ``test_module`` in one simulator process.
 
@@ -297,7 +297,7 @@ def run_cocotb_module(test_module: str, *, variant: Variant | None = None, sim: 
     variant = variant or Variant()
     build = build_simulator(variant, sim=sim, clock=clock)
     work_dir.mkdir(parents=True, exist_ok=True)
-    env = {"FIRSTLIGHT_CLOCK": clock, **(extra_env or {})}
+    env = {"FIRSTLIGHT_CLOCK": build.clock, **(extra_env or {})}
     # INFO keeps cocotb's per-test "passed/failed" lines in the log: if the simulator dies before
     # it writes results.xml, the tests that finished are still reported (see _results_from_log).
     env.setdefault("COCOTB_LOG_LEVEL", "INFO")

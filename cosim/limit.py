@@ -1,8 +1,8 @@
 """The simulator's limit: a bare Verilator build of the harness's own Verilog, replaying a
 recorded run, to measure how much of the simulator's speed the harness keeps.
 
-The harness (cocotb on Verilator, the clock in the HDL under ``--timing``, the testbench in
-Python) pays for VPI, for Python, and for the timing scheduler. The *limit* is the same board
+The harness (cocotb on Verilator, the clock toggled by the model's main,
+``hdl/fl_tb_main.cpp``, the testbench in Python) pays for VPI and for Python. The *limit* is the same board
 (the generated chip and DRAM, and the ``fl_tb`` wrapper with its clock as a port) under a
 generated Verilog driver, ``fl_limit``, that replays the stimulus a harness run recorded
 (:mod:`cosim.stimulus`): every CSR transfer, reset and backdoor write at the cycle it happened.
@@ -213,7 +213,7 @@ def build_limit(variant: Variant) -> LimitBuild:
     driver = driver_verilog(variant)
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     main = MAIN_CPP.read_bytes()
-    defines = ["+define+FL_GPI_CLOCK=1", f"+define+FL_BUS_BITS={variant.resolved_board.bus_bits}"]
+    defines = ["+define+FL_CLOCK_PORT=1", f"+define+FL_BUS_BITS={variant.resolved_board.bus_bits}"]
     # ccache is not in the key: it hands back the objects the compiler would make
     key = _sha(verilog.read_bytes(), tb, driver, main, info.version, json.dumps(LIMIT_VERILATOR_ARGS),
                json.dumps(list(VERILATOR_MAKE_ARGS)), json.dumps(defines), json.dumps(info.env, sort_keys=True))

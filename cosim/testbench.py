@@ -25,9 +25,10 @@ class Testbench:
     Parameters
     ----------
     dut : cocotb handle of ``fl_tb``
-    clock : "hdl" or "gpi"
-        Who toggles ``clk``: the Verilog wrapper (default, fastest) or cocotb's
-        ``Clock(impl="gpi")`` (needs a build with ``FL_GPI_CLOCK``).
+    clock : "hdl", "cpp" or "gpi"
+        Who toggles ``clk``: the Verilog wrapper ("hdl"), the Verilator model's main ("cpp",
+        cosim/hdl/fl_tb_main.cpp), or cocotb's ``Clock(impl="gpi")``, which this class starts
+        (a build with ``FL_CLOCK_PORT``). The first two look the same from here.
     """
 
     def __init__(self, dut, clock: str = "hdl"):

@@ -1,10 +1,11 @@
 // Testbench top: the board (the generated chip and the generated DRAM model behind its AXI
-// port; FL_BUS_BITS is the AXI data width, from rtl/board.py). The clock comes from the HDL (fast: the simulator
-// toggles it without calling into Python) unless FL_GPI_CLOCK is defined, in which case clk is
-// a port that cocotb drives with Clock(..., impl="gpi").
+// port; FL_BUS_BITS is the AXI data width, from rtl/board.py). The clock comes from the HDL (the
+// simulator toggles it without calling into Python) unless FL_CLOCK_PORT is defined, in which
+// case clk is a port: toggled by the Verilator main (cosim/hdl/fl_tb_main.cpp, clock "cpp"), by
+// cocotb's Clock(..., impl="gpi") (clock "gpi"), or by the limit's loop (cosim/limit.py).
 `timescale 1ns/1ps
 module fl_tb (
-`ifdef FL_GPI_CLOCK
+`ifdef FL_CLOCK_PORT
     input  wire        clk,
 `endif
     input  wire        rst,
@@ -36,7 +37,7 @@ module fl_tb (
     output wire axi_awid, output wire axi_arid, input wire axi_bid, input wire axi_rid
 `endif
 );
-`ifndef FL_GPI_CLOCK
+`ifndef FL_CLOCK_PORT
     reg clk = 1'b0;
     always #5 clk = ~clk;
 `endif
