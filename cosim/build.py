@@ -63,12 +63,13 @@ _RTL_DIR = Path(__file__).resolve().parent.parent / "rtl"
 # reused (they cannot be verified), so they are rebuilt once into new folders, never in place.
 CACHE_FORMAT = "2: artifacts hashed"
 
-# Verilator: keep lint warnings visible in the build log but not fatal (Amaranth's Verilog has
-# width-mismatch patterns Verilator flags); --timing for the HDL clock in the wrapper.
 # Who toggles the clock: the wrapper's `always #5` under --timing ("hdl"), cocotb's GPI Clock
 # ("gpi", for comparison), or the model's main (cosim/hdl/fl_tb_main.cpp, "cpp"; Verilator only).
 CLOCKS = ("hdl", "gpi", "cpp")
 MAIN_CPP = _HDL_DIR / "fl_tb_main.cpp"
+# Verilator: keep lint warnings visible in the build log but not fatal (Amaranth's Verilog has
+# width-mismatch patterns Verilator flags); --timing for the HDL clock in the wrapper (a "cpp"
+# build drops it).
 VERILATOR_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT", "--timing")
 # Icarus: Yosys' Verilog kicks every `always @*` block at time 0 through a `reg x = 0;`
 # declaration, which is an event in Verilog-2005 but not in SystemVerilog. cocotb compiles with
@@ -602,14 +603,13 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
     rebuilt: list[str] = []
     verilog_path, v_hit, elab_s = generate_verilog(variant, rebuilt)
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
-    if clock == "cpp":  # the main is a build input: its text is in the key
-        tb += MAIN_CPP.read_bytes()
+    main = MAIN_CPP.read_bytes() if clock == "cpp" else b""  # our main is a build input: in the key
     args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
     if clock == "cpp":  # nothing in the Verilog waits on time: no timing scheduler
         args.remove("--timing")
     make_args = list(VERILATOR_MAKE_ARGS) if sim == "verilator" else []
     control = control_file_text(variant, clock) if sim == "verilator" else ""
-    key = _sha(verilog_path.read_bytes(), tb, control, sim, info.version, cocotb.__version__, clock,
+    key = _sha(verilog_path.read_bytes(), tb + main, control, sim, info.version, cocotb.__version__, clock,
                json.dumps(args + make_args),
                str(waves), json.dumps(info.env, sort_keys=True), CACHE_FORMAT)
     build_dir = cache_root() / "sim" / f"{sim}-{key}"

@@ -396,14 +396,14 @@ class Device:
                 free = depth - 1 - ((self._tail - head) % depth)
                 # Refill once a quarter of the ring is free even though the sleep aimed at half:
                 # the rate it was estimated from is noisy, and each poll is a bus transfer and
-                # three Python wake-ups (a 256^3 GEMM polled about eight times per refill).
+                # three Python wake-ups.
                 if free < min(want, max(1, depth // 4)):
                     if now - since > budget:
                         dump = await self.dump_state()
                         raise DeviceTimeout(f"watchdog: the chip took no command from the ring for {budget} cycles"
                                             "\n" + self.format_dump(dump), dump)
                     # sleep about as long as the chip needs to free `want` entries at its last rate
-                    # (one poll per ring-eighth instead of a doubling series of reads), but never
+                    # (a poll or two per refill instead of a doubling series of reads), but never
                     # longer than half what the queued MATMULs guarantee the chip is busy: a
                     # stretch of quick commands after slow ones would drain the ring before the
                     # rate noticed (the ring once ran dry near the end of a 256^3 GEMM)

@@ -154,6 +154,6 @@ class Testbench:
 
     def now_ns(self) -> int:
         # The raw step count divided by whole steps per ns: cocotb's get_sim_time("ns") converts
-        # through exact fractions, and a streamed GEMM asks for the time about 2,000 times.
+        # through exact fractions, and the host's ring refills ask for the time at every poll.
         high, low = simulator.get_sim_time()
         return (high << 32 | low) // self._steps_per_ns
