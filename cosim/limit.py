@@ -49,6 +49,7 @@ from .build import (
     generate_verilog,
     log_excerpt,
     objcache_args,
+    prune_build_leftovers,
     run_tracked,
 )
 from .stimulus import KIND_CSR_READ, KIND_CSR_WRITE, KIND_DRAM, KIND_END, KIND_RESET, KIND_RESET_ASSERT, KIND_SRAM
@@ -248,6 +249,7 @@ def build_limit(variant: Variant) -> LimitBuild:
             raise BuildFailed(f"the bare Verilator reference did not build (verilator exited with {proc.returncode}); "
                               f"build log {log}:\n" + log_excerpt(log, 12, r"%Error|[Ee]rror[:!]|\berror\b"), log)
         shutil.copy2(built, binary)
+        prune_build_leftovers(build_dir)
         _write_json(marker, {"model": _fingerprint(binary), "build_s": time.perf_counter() - t0})
     return LimitBuild(variant, build_dir, binary, False, time.perf_counter() - t0)
 

@@ -387,7 +387,7 @@ def _bringup_reset(tmp_path, *extra) -> tuple[int, dict]:
 @pytest.mark.sim
 def test_truncated_simulator_binary_is_rebuilt_with_a_warning(verilator_small, tmp_path, monkeypatch,
                                                                firstlight_log):
-    from cosim.build import model_artifact
+    from cosim.build import BUILD_LEFTOVERS, model_artifact
 
     _, good = verilator_small
     cache = _private_copy(verilator_small, tmp_path)
@@ -407,6 +407,9 @@ def test_truncated_simulator_binary_is_rebuilt_with_a_warning(verilator_small, t
     assert str(binary) in text and f"{size // 2:,} bytes" in text and f"{size:,} were recorded" in text, text
     assert binary.stat().st_size == size, "rebuilt (the same sources make the same binary size)"
     assert rep["stages"][1]["status"] == "passed"
+    # the rebuilt entry holds no compile-only files (precompiled headers were ~95% of an entry)
+    left = [str(p) for pat in BUILD_LEFTOVERS for p in binary.parent.rglob(pat)]
+    assert not left and (binary.parent / "build.log").exists(), left
 
 
 @pytest.mark.sim
