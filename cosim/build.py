@@ -40,6 +40,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from filelock import FileLock
 
@@ -435,6 +436,12 @@ def _verilog_problem(out: Path) -> str | None:
     return _mismatch(out, _read_json(out.parent / "manifest.json"))
 
 
+def verilog_cached(variant: Variant) -> bool:
+    """Whether the variant's Verilog is in the cache and is the file that was generated."""
+    out = cache_root() / "verilog" / verilog_key(variant) / f"{CHIP_MODULE}.v"
+    return out.exists() and _verilog_problem(out) is None
+
+
 def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tuple[Path, bool, float]:
     """Return (path to fl_chip.v, cache hit?, seconds spent elaborating).
 
@@ -515,10 +522,11 @@ def model_artifact(build_dir: Path, sim: str) -> Path:
     return build_dir / (TB_TOPLEVEL if sim == "verilator" else "sim.vvp")
 
 
-def _runner(sim: SimInfo, main_cpp: Path | None = None):
+def _runner(sim: SimInfo, main_cpp: Path | None = None, before_make: Callable[[Path], object] | None = None):
     """cocotb's runner for ``sim``, running every command through :func:`run_tracked`; for
-    Verilator without --public-flat-rw, with our make flags, and with ``main_cpp`` (if given) as
-    the model's main instead of cocotb's."""
+    Verilator without --public-flat-rw, with our make flags, with ``main_cpp`` (if given) as
+    the model's main instead of cocotb's, and ``before_make(build folder)`` called between
+    verilation and the C++ build."""
     from cocotb_tools.runner import Icarus, Verilator
 
     class Tracked:
@@ -529,6 +537,8 @@ def _runner(sim: SimInfo, main_cpp: Path | None = None):
                 self.log.info("Running command %s in directory %s", " ".join(map(str, cmd)), cwd)
                 argv = [str(c) for c in cmd]
                 step = _STEPS.get(Path(argv[0]).name)
+                if before_make is not None and Path(argv[0]).name == "make":
+                    before_make(Path(cwd))
                 with build_step(f"{step} (step {i + 1} of {len(cmds)})") if step else nullcontext():
                     proc = run_tracked(argv, cwd=cwd, env=self.env, stdout=stdout)
                 if proc.returncode != 0:
@@ -620,13 +630,16 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
     info = find_simulator(sim)
     info.apply_env()
     rebuilt: list[str] = []
-    verilog_path, v_hit, elab_s = generate_verilog(variant, rebuilt)
-    tb = (_HDL_DIR / "fl_tb.v").read_bytes()
-    main = MAIN_CPP.read_bytes() if clock == "cpp" else b""  # our main is a build input: in the key
     args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
     if clock == "cpp":  # nothing in the Verilog waits on time: no timing scheduler
         args.remove("--timing")
     make_args = list(VERILATOR_MAKE_ARGS) if sim == "verilator" else []
+    runtime = None
+    if sim == "verilator" and not verilog_cached(variant):  # its compile overlaps the elaboration
+        runtime = _verilator_runtime(info, args, make_args, waves).start()
+    verilog_path, v_hit, elab_s = generate_verilog(variant, rebuilt)
+    tb = (_HDL_DIR / "fl_tb.v").read_bytes()
+    main = MAIN_CPP.read_bytes() if clock == "cpp" else b""  # our main is a build input: in the key
     control = control_file_text(variant, clock) if sim == "verilator" else ""
     key = _sha(verilog_path.read_bytes(), tb + main, control, sim, info.version, cocotb.__version__, clock,
                json.dumps(args + make_args),
@@ -646,15 +659,27 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
                             f"({_entry_problem(build_dir, sim, marker)}): rebuilding it")
                     _log.warning("%s", note)
                     rebuilt.append(note)
-                _compile(variant, sim, clock, waves, info, verilog_path, build_dir, args, control, t0, again)
+                if sim == "verilator" and runtime is None:
+                    runtime = _verilator_runtime(info, args, make_args, waves).start()
+                _compile(variant, sim, clock, waves, info, verilog_path, build_dir, args, control, t0, again, runtime)
     first = (_read_json(marker) or {}).get("build_s")
     return Build(variant, sim, clock, build_dir, verilog_path, hit, time.perf_counter() - t0, elab_s, v_hit, first,
                  rebuilt)
 
 
+def _verilator_runtime(info: SimInfo, args: list[str], make_args: list[str], waves: bool):
+    """The shared runtime (cosim/runtime.py) for a model verilated with ``args`` and made with
+    cocotb's make command: its VM_TRACE, then ``make_args``."""
+    from .runtime import RuntimePrebuild
+
+    return RuntimePrebuild(info, [*args, *(["--trace"] if waves else [])],
+                           [f"VM_TRACE={int(waves)}", *make_args], objcache_args())
+
+
 def _compile(variant: Variant, sim: str, clock: str, waves: bool, info: SimInfo, verilog_path: Path, build_dir: Path,
-             args: list[str], control: str, t0: float, again: bool = False) -> None:
-    """Build into an empty ``build_dir`` (the caller holds its lock); write the marker last."""
+             args: list[str], control: str, t0: float, again: bool = False, runtime=None) -> None:
+    """Build into an empty ``build_dir`` (the caller holds its lock); write the marker last.
+    ``runtime`` (a started :class:`cosim.runtime.RuntimePrebuild`) is installed before the make."""
     # From scratch: whatever is there is an interrupted or a bad build, and a compiler killed
     # mid-write leaves object files newer than their sources that make would reuse.
     shutil.rmtree(build_dir, ignore_errors=True)
@@ -675,7 +700,7 @@ def _compile(variant: Variant, sim: str, clock: str, waves: bool, info: SimInfo,
         vlt.write_text(control)
         sources.insert(0, vlt)
     log = build_dir / "build.log"
-    runner = _runner(info, MAIN_CPP if clock == "cpp" else None)
+    runner = _runner(info, MAIN_CPP if clock == "cpp" else None, runtime.install if runtime is not None else None)
     try:
         runner.build(
             sources=sources,

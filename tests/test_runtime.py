@@ -1,0 +1,72 @@
+"""The Verilator runtime compiled once and shared by models (cosim/runtime.py): a model built
+after it links its objects instead of compiling them, runs, and gets none of them when its own
+makefile would compile them with other commands; a damaged entry is compiled again."""
+
+import logging
+import re
+
+import pytest
+
+from conftest import SMALL_CHIP, require_sim
+
+RUNTIME_SOURCES = re.compile(r"-o (verilated\w*\.o) \S*/include/verilated\w*\.cpp")
+
+
+def _compiled_runtime(build_dir) -> list[str]:
+    """The runtime objects a model's make compiled (its build log shows every compile)."""
+    return RUNTIME_SOURCES.findall((build_dir / "build.log").read_text())
+
+
+@pytest.mark.sim
+def test_models_link_the_runtime_built_once_and_only_when_compiled_alike(tmp_path, monkeypatch, caplog):
+    require_sim("verilator")
+    from cosim.build import Variant, build_simulator
+    from cosim.jobs import run_job
+    from cosim.runtime import runtime_objects
+    from firstlight.jobs.kernels import gemm_job
+
+    monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
+    caplog.set_level(logging.INFO, logger="firstlight.build")
+
+    # an empty cache: the runtime is compiled beside the elaboration and the model links it
+    first = build_simulator(Variant(config=SMALL_CHIP, revision="B1"))
+    entries = list((tmp_path / "cache" / "runtime").glob("*/.complete"))
+    assert len(entries) == 1, entries
+    runtime = entries[0].parent
+    assert _compiled_runtime(first.build_dir) == [], "the model compiled the runtime it was given"
+    held = sorted(p.name for p in runtime.glob("verilated*.o"))
+    assert {"verilated.o", "verilated_vpi.o"} <= set(held), held
+    res = run_job(gemm_job, {"m": 9, "n": 6, "k": 21, "seed": 2}, variant=first.variant)
+    assert res.value["passed"], res.value
+
+    # the entry's makefile now compiles with another define: the next model compiles its own
+    classes = runtime / "Vtop_classes.mk"
+    classes.write_text(classes.read_text().replace("VM_TRACE_FST = 0", "VM_TRACE_FST = 1"))
+    caplog.clear()
+    second = build_simulator(Variant(config=SMALL_CHIP, revision="B0"))
+    assert sorted(_compiled_runtime(second.build_dir)) == sorted(runtime_objects(second.build_dir))
+    assert "with other commands" in caplog.text, caplog.text
+
+
+@pytest.mark.sim
+def test_a_damaged_runtime_entry_is_compiled_again(tmp_path, monkeypatch):
+    require_sim("verilator")
+    from cosim.build import VERILATOR_ARGS, VERILATOR_MAKE_ARGS, find_simulator
+    from cosim.runtime import RuntimePrebuild
+
+    monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
+    info = find_simulator("verilator")
+    info.apply_env()
+    args = [a for a in VERILATOR_ARGS if a != "--timing"]
+    make = ["VM_TRACE=0", *VERILATOR_MAKE_ARGS]
+    rt = RuntimePrebuild(info, args, make, []).start()
+    rt._thread.join()
+    obj = rt.dir / "verilated.o"
+    size = obj.stat().st_size
+    with open(obj, "r+b") as f:
+        f.truncate(size // 2)
+    again = RuntimePrebuild(info, args, make, []).start()
+    assert again._thread is not None, "a truncated object was trusted"
+    again._thread.join()
+    assert again._error is None and obj.stat().st_size == size
+    assert RuntimePrebuild(info, args, make, []).start()._thread is None, "a good entry is used as it is"
