@@ -1,6 +1,6 @@
 """Verilog generation and simulator builds, cached by content hash and built once per variant.
 
-Two cache levels under one folder (``$FIRSTLIGHT_CACHE`` or ``~/.cache/firstlight``):
+Cache levels under one folder (``$FIRSTLIGHT_CACHE`` or ``~/.cache/firstlight``):
 
 * ``verilog/<key>/fl_chip.v`` -- key: the variant (config, revision, injected faults), the
   text of every file under ``rtl/`` (the RTL and the spec it is elaborated from: ``rtl`` imports
@@ -9,6 +9,8 @@ Two cache levels under one folder (``$FIRSTLIGHT_CACHE`` or ``~/.cache/firstligh
 * ``sim/<sim>-<key>/`` -- key: the Verilog text, the testbench wrapper, the Verilator control
   file, the simulator and its version, cocotb's version, the clock mode, the build flags and the
   cache format. A hit skips compilation.
+* ``runtime/<key>/`` -- the Verilator runtime's objects, shared by every model built with the
+  same flags (``cosim/runtime.py``).
 
 A file lock per key makes concurrent builders (``pytest -n 2``) build each variant once; a
 ``.complete`` marker written last means an interrupted build is never reused, and a miss starts
