@@ -161,14 +161,21 @@ class RuntimePrebuild:
             _log.info("the prebuilt Verilator runtime in %s is not used (%s): the model compiles its own",
                       self.dir, why)
             return []
-        held = set((_read_json(self._marker) or {}).get("objects") or {})
-        wanted = [o for o in runtime_objects(build_dir) if o in held]
-        theirs, ours = _dry_run(build_dir, wanted, self.make_args), _dry_run(self.dir, wanted, self.make_args)
-        same = [o for o in wanted if o in theirs and theirs[o] == ours.get(o)]
-        if len(same) < len(wanted):
-            _log.info("the prebuilt Verilator runtime in %s: the model's makefile compiles %s with other commands; "
-                      "it compiles those itself", self.dir, sorted(set(wanted) - set(same)))
-        for name in same:
-            # a plain copy: the object's time is now, newer than its source and the makefile
-            shutil.copyfile(self.dir / name, build_dir / name)
-        return same
+        try:
+            held = set((_read_json(self._marker) or {}).get("objects") or {})
+            wanted = [o for o in runtime_objects(build_dir) if o in held]
+            theirs, ours = _dry_run(build_dir, wanted, self.make_args), _dry_run(self.dir, wanted, self.make_args)
+            same = [o for o in wanted if o in theirs and theirs[o] == ours.get(o)]
+            if len(same) < len(wanted):
+                _log.info("the prebuilt Verilator runtime in %s: the model's makefile compiles %s with other "
+                          "commands; it compiles those itself", self.dir, sorted(set(wanted) - set(same)))
+            for name in same:
+                # a plain copy: the object's time is now, newer than its source and the makefile;
+                # renamed into place, so a copy cut short is never an object make would trust
+                tmp = build_dir / f".{name}.copy"
+                shutil.copyfile(self.dir / name, tmp)
+                tmp.replace(build_dir / name)
+            return same
+        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+            _log.info("the prebuilt Verilator runtime in %s is not used (%s): the model compiles its own", self.dir, e)
+            return []
