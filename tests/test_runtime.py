@@ -1,4 +1,4 @@
-"""The Verilator runtime compiled once and shared by models (cosim/runtime.py): a model built
+"""The Verilator runtime compiled once and shared by models (RuntimePrebuild in cosim/build.py): a model built
 after it links its objects instead of compiling them, runs, and gets none of them when its own
 makefile would compile them with other commands; a damaged entry is compiled again."""
 
@@ -22,7 +22,7 @@ def test_models_link_the_runtime_built_once_and_only_when_compiled_alike(tmp_pat
     require_sim("verilator")
     from cosim.build import Variant, build_simulator
     from cosim.jobs import run_job
-    from cosim.runtime import runtime_objects
+    from cosim.build import runtime_objects
     from firstlight.jobs.kernels import gemm_job
 
     monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
@@ -52,7 +52,7 @@ def test_models_link_the_runtime_built_once_and_only_when_compiled_alike(tmp_pat
 def test_a_damaged_runtime_entry_is_compiled_again(tmp_path, monkeypatch):
     require_sim("verilator")
     from cosim.build import VERILATOR_ARGS, VERILATOR_MAKE_ARGS, find_simulator
-    from cosim.runtime import RuntimePrebuild
+    from cosim.build import RuntimePrebuild
 
     monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
     info = find_simulator("verilator")
