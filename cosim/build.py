@@ -440,17 +440,13 @@ def _verilog_problem(out: Path) -> str | None:
     return _mismatch(out, _read_json(out.parent / "manifest.json"))
 
 
-def verilog_cached(variant: Variant) -> bool:
-    """Whether the variant's Verilog is in the cache and is the file that was generated."""
-    out = cache_root() / "verilog" / verilog_key(variant) / f"{CHIP_MODULE}.v"
-    return out.exists() and _verilog_problem(out) is None
-
-
-def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tuple[Path, bool, float]:
+def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
+                     on_elaborate: Callable[[], object] | None = None) -> tuple[Path, bool, float]:
     """Return (path to fl_chip.v, cache hit?, seconds spent elaborating).
 
     A cached file that does not match its recorded size and hash is elaborated again (with a
-    warning, and a note appended to ``rebuilt``).
+    warning, and a note appended to ``rebuilt``). ``on_elaborate()`` is called just before an
+    elaboration starts (a build starts the Verilator runtime there, on the idle core).
     """
     key = verilog_key(variant)
     out_dir = cache_root() / "verilog" / key
@@ -473,6 +469,8 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None) -> tupl
 
         from rtl.dram_array import array_verilog
 
+        if on_elaborate is not None:
+            on_elaborate()
         t0 = time.perf_counter()
         cfg = variant.config
         try:
@@ -589,15 +587,12 @@ def objcache_args() -> list[str]:
 BUILD_LEFTOVERS = ("*.gch", "*.o", "*.a", "*.d")
 
 
-def prune_build_leftovers(folder: Path) -> int:
-    """Delete :data:`BUILD_LEFTOVERS` under ``folder``; the bytes freed."""
-    freed = 0
+def prune_build_leftovers(folder: Path) -> None:
+    """Delete :data:`BUILD_LEFTOVERS` under ``folder``."""
     for pattern in BUILD_LEFTOVERS:
         for f in folder.rglob(pattern):
             if f.is_file() and not f.is_symlink():
-                freed += f.stat().st_size
                 f.unlink()
-    return freed
 
 
 def _entry_problem(build_dir: Path, sim: str, marker: Path) -> str | None:
@@ -638,10 +633,9 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
     if clock == "cpp":  # nothing in the Verilog waits on time: no timing scheduler
         args.remove("--timing")
     make_args = list(VERILATOR_MAKE_ARGS) if sim == "verilator" else []
-    runtime = None
-    if sim == "verilator" and not verilog_cached(variant):  # its compile overlaps the elaboration
-        runtime = _verilator_runtime(info, args, make_args, waves).start()
-    verilog_path, v_hit, elab_s = generate_verilog(variant, rebuilt)
+    # started (if not cached) when an elaboration or a compile is due: it overlaps the first
+    runtime = _verilator_runtime(info, args, make_args, waves) if sim == "verilator" else None
+    verilog_path, v_hit, elab_s = generate_verilog(variant, rebuilt, runtime.start if runtime is not None else None)
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     main = MAIN_CPP.read_bytes() if clock == "cpp" else b""  # our main is a build input: in the key
     control = control_file_text(variant, clock) if sim == "verilator" else ""
@@ -663,8 +657,8 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
                             f"({_entry_problem(build_dir, sim, marker)}): rebuilding it")
                     _log.warning("%s", note)
                     rebuilt.append(note)
-                if sim == "verilator" and runtime is None:
-                    runtime = _verilator_runtime(info, args, make_args, waves).start()
+                if runtime is not None:
+                    runtime.start()
                 _compile(variant, sim, clock, waves, info, verilog_path, build_dir, args, control, t0, again, runtime)
     first = (_read_json(marker) or {}).get("build_s")
     return Build(variant, sim, clock, build_dir, verilog_path, hit, time.perf_counter() - t0, elab_s, v_hit, first,
@@ -816,7 +810,8 @@ class RuntimePrebuild:
             _mismatch(self.dir / name, rec) is None for name, rec in (info.get("objects") or {}).items())
 
     def start(self) -> RuntimePrebuild:
-        """Compile the runtime in a background thread unless it is cached; returns at once."""
+        """Compile the runtime in a background thread unless it is cached or already started;
+        returns at once."""
         if self._thread is None and not self._ready():
             self._thread = threading.Thread(target=self._build_guarded, name="firstlight-runtime", daemon=True)
             self._thread.start()
@@ -860,16 +855,20 @@ class RuntimePrebuild:
             })
             _log.info("compiled the Verilator runtime in %.1f s", time.monotonic() - t0)
 
-    def install(self, build_dir: Path) -> list[str]:
-        """Wait for the runtime, then copy into ``build_dir`` (verilated, not yet made) the objects
-        its makefile would compile with the same commands; returns their names. When none can
-        be used, says why on the log and returns []: the model's make compiles them."""
+    def wait(self) -> str | None:
+        """Wait for a started compile to end; None if the entry is now good, else what is wrong."""
         if self._thread is not None:
             t0 = time.monotonic()
             self._thread.join()
             if time.monotonic() - t0 > 1:
                 _log.info("waited %.1f s for the Verilator runtime", time.monotonic() - t0)
-        why = self._error or (None if self._ready() else "its entry is incomplete or its files do not match")
+        return self._error or (None if self._ready() else "its entry is incomplete or its files do not match")
+
+    def install(self, build_dir: Path) -> list[str]:
+        """Wait for the runtime, then copy into ``build_dir`` (verilated, not yet made) the objects
+        its makefile would compile with the same commands; returns their names. When none can
+        be used, says why on the log and returns []: the model's make compiles them."""
+        why = self.wait()
         if why is not None:
             _log.info("the prebuilt Verilator runtime in %s is not used (%s): the model compiles its own",
                       self.dir, why)

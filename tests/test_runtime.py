@@ -51,22 +51,22 @@ def test_models_link_the_runtime_built_once_and_only_when_compiled_alike(tmp_pat
 @pytest.mark.sim
 def test_a_damaged_runtime_entry_is_compiled_again(tmp_path, monkeypatch):
     require_sim("verilator")
-    from cosim.build import VERILATOR_ARGS, VERILATOR_MAKE_ARGS, find_simulator
-    from cosim.build import RuntimePrebuild
+    from cosim import build
 
     monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
-    info = find_simulator("verilator")
+    info = build.find_simulator("verilator")
     info.apply_env()
-    args = [a for a in VERILATOR_ARGS if a != "--timing"]
-    make = ["VM_TRACE=0", *VERILATOR_MAKE_ARGS]
-    rt = RuntimePrebuild(info, args, make, []).start()
-    rt._thread.join()
-    obj = rt.dir / "verilated.o"
+
+    def runtime():  # the one a "cpp"-clock build without waves uses
+        return build._verilator_runtime(info, [a for a in build.VERILATOR_ARGS if a != "--timing"],
+                                        list(build.VERILATOR_MAKE_ARGS), False)
+
+    assert runtime().start().wait() is None
+    obj = runtime().dir / "verilated.o"
     size = obj.stat().st_size
     with open(obj, "r+b") as f:
         f.truncate(size // 2)
-    again = RuntimePrebuild(info, args, make, []).start()
-    assert again._thread is not None, "a truncated object was trusted"
-    again._thread.join()
-    assert again._error is None and obj.stat().st_size == size
-    assert RuntimePrebuild(info, args, make, []).start()._thread is None, "a good entry is used as it is"
+    again = runtime()
+    assert again._ready() is False, "a truncated object was trusted"
+    assert again.start().wait() is None and obj.stat().st_size == size
+    assert runtime()._ready(), "a good entry is used as it is"
