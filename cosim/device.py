@@ -28,6 +28,7 @@ from rtl.revisions import revision_name
 
 from .buffers import Buffer, DramAllocator
 from .testbench import Testbench
+from .vpi_arrays import VpiArrays, open_vpi_arrays
 
 __all__ = ["Device", "KernelDevice", "SubmitFilter", "DeviceTimeout", "DeviceError", "PerfSnapshot"]
 
@@ -92,23 +93,54 @@ class KernelDevice(Protocol):
 
 
 class _Backdoor:
-    """Bulk access to one SRAM through the simulator's own handles (GPI level).
+    """Bulk access to one SRAM (or the DRAM model's array) from the testbench.
 
-    cocotb's ``handle.value`` costs ~1.8 us per word (type checks, LogicArray conversion, write
-    scheduling); the GPI handle underneath takes ~0.3 us. Backdoor access only happens while the
-    chip is idle and the testbench sits at a falling clock edge, so an immediate deposit is safe
-    on both simulators; tests check every word against the front-door window.
+    On Verilator a range of words is one whole-array VPI call (:mod:`cosim.vpi_arrays`): the
+    words travel as packed little-endian bytes. Elsewhere (Icarus) it goes word by word through
+    the GPI handles underneath cocotb's (cocotb's ``handle.value`` costs ~1.8 us per word in type
+    checks, LogicArray conversion and write scheduling; the GPI handle ~0.3 us). Backdoor access
+    only happens while the chip is idle and the testbench sits at a falling clock edge, so an
+    immediate deposit is safe on both simulators; tests check every word against the front-door
+    window.
     """
 
-    def __init__(self, array_handle, width: int, depth: int, tap=None):
+    def __init__(self, array_handle, width: int, depth: int, tap=None, vpi: VpiArrays | None = None):
         from cocotb.handle import _GPISetAction
 
         self._array = array_handle
         self.width = width
         self.depth = depth
+        self.word_bytes = (width + 7) // 8
         self._raw: list | None = None
         self._deposit = _GPISetAction.DEPOSIT.value
         self._tap = tap  # tap(start, words): a recorded run notes every write (cosim/stimulus.py)
+        self._vpi = vpi
+        self._vpi_handle: int | None = None
+
+    def _whole(self, count: int) -> bool:
+        """One VPI call for ``count`` words? (Verilator's raw-value buffer for a read is sized in
+        4-byte units rounded down: a range under 4 bytes takes the GPI path.)"""
+        return self._vpi is not None and count * self.word_bytes >= 4
+
+    def _array_handle(self) -> int:
+        if self._vpi_handle is None:
+            self._vpi_handle = self._vpi.handle(self._array._path)
+            self._left, self._right = self._array.left, self._array.right
+        return self._vpi_handle
+
+    def _vpi_order(self, start: int, count: int) -> tuple[int, bool]:
+        """(index to pass, reverse the words?) for words [start, start + count).
+
+        Verilator's whole-array calls walk a descending array (``reg [W:0] m [D-1:0]``, as Yosys
+        writes every Amaranth memory) from storage slot ``left - index`` downwards, while its
+        storage (and every per-word handle) keeps word ``i`` in slot ``i - low``: so for such an
+        array the range is passed from its top word, ``left - (start + count - 1)``, with the
+        words in reverse. An ascending array (the DRAM model's) is passed as it is. The backdoor
+        tests compare whole-array writes with per-word GPI reads and the front-door window.
+        """
+        if self._left > self._right:
+            return self._left - (start + count - 1), True
+        return start, False
 
     def _handles(self, start: int, count: int) -> list:
         """Handles of words [start, start + count), looked up once each (a DRAM has 2**18 words:
@@ -127,9 +159,46 @@ class _Backdoor:
                 raw[i] = h
         return raw
 
+    def _span(self, start: int, count: int) -> None:
+        if start < 0 or count < 0 or start + count > self.depth:
+            raise IndexError(f"words [{start}, {start + count}) are outside {self._array._path} (depth {self.depth})")
+
+    def _to_bytes(self, words: Sequence[int]) -> bytes:
+        nb, mask = self.word_bytes, (1 << self.width) - 1
+        return b"".join((int(w) & mask).to_bytes(nb, "little") for w in words)
+
+    def _to_ints(self, raw: bytes) -> list[int]:
+        nb = self.word_bytes
+        return [int.from_bytes(raw[i:i + nb], "little") for i in range(0, len(raw), nb)]
+
     def write(self, start: int, words: Sequence[int]) -> None:
+        if self._whole(len(words)):
+            self.write_bytes(start, self._to_bytes(words), words)
+            return
+        self._span(start, len(words))
         if self._tap is not None:
             self._tap(start, words)
+        self._write_gpi(start, words)
+
+    def write_bytes(self, start: int, raw: bytes, words: Sequence[int] | None = None) -> None:
+        """Words from ``start`` given as packed little-endian bytes, ``word_bytes`` per word."""
+        count = len(raw) // self.word_bytes
+        if count * self.word_bytes != len(raw):
+            raise ValueError(f"{len(raw)} bytes are not whole {self.word_bytes}-byte words")
+        self._span(start, count)
+        if self._tap is not None:
+            self._tap(start, self._to_ints(raw) if words is None else words)
+        if not self._whole(count):
+            self._write_gpi(start, self._to_ints(raw) if words is None else words)
+            return
+        handle = self._array_handle()
+        index, reverse = self._vpi_order(start, count)
+        self._vpi.put(handle, index, self._reversed(raw) if reverse else raw, count, self._array._path)
+        # The whole-array call only stores; a single-word put also tells the model to evaluate
+        # again in this time step (what the GPI path did for every word). Its last word, again:
+        self._write_gpi(start + count - 1, [int.from_bytes(raw[-self.word_bytes:], "little")])
+
+    def _write_gpi(self, start: int, words: Sequence[int]) -> None:
         raw = self._handles(start, len(words))
         dep = self._deposit
         if self.width <= 32:
@@ -142,6 +211,9 @@ class _Backdoor:
                 raw[start + i].set_signal_val_binstr(dep, format(int(w) & mask, fmt))
 
     def read(self, start: int, count: int) -> list[int]:
+        if self._whole(count):
+            return self._to_ints(self.read_bytes(start, count))
+        self._span(start, count)
         raw = self._handles(start, count)
         out = []
         for i in range(start, start + count):
@@ -151,6 +223,20 @@ class _Backdoor:
             except ValueError:
                 raise DeviceError(f"SRAM word {i} holds non-binary bits {bits!r} (X or Z)") from None
         return out
+
+    def read_bytes(self, start: int, count: int) -> bytes:
+        """Words [start, start + count) as packed little-endian bytes."""
+        if not self._whole(count):
+            return self._to_bytes(self.read(start, count))
+        self._span(start, count)
+        handle = self._array_handle()
+        index, reverse = self._vpi_order(start, count)
+        raw = self._vpi.get(handle, index, count, self.word_bytes, self._array._path)
+        return self._reversed(raw) if reverse else raw
+
+    def _reversed(self, raw: bytes) -> bytes:
+        """The words of ``raw`` in reverse order (each word's bytes kept)."""
+        return np.frombuffer(raw, f"V{self.word_bytes}")[::-1].tobytes()
 
 
 class Device:
@@ -222,15 +308,18 @@ class Device:
         def tap(record, *args):  # every backdoor write, stamped with the testbench's time, for a replay
             return None if rec is None else (lambda start, words: record(tb.now_ns(), *args, start, words))
 
+        import cocotb
+
+        vpi = open_vpi_arrays(cocotb.SIM_NAME)  # None on Icarus: the GPI, word by word
         self._mems = {m.region: _Backdoor(getattr(chip, m.backdoor), m.width(cfg), m.depth(cfg),
-                                          tap(rec and rec.sram, m.region))
+                                          tap(rec and rec.sram, m.region), vpi)
                       for m in MEMORIES}
         b = self.board
         self.dram = DramAllocator(b.dram_bytes, b.bus_bytes)
         dram = getattr(self.tb.dut, "dram", None)  # absent when cocotb serves the AXI port itself
         self._dram_mem = (None if dram is None
                           else _Backdoor(getattr(getattr(dram, DRAM_INSTANCE), ARRAY_VAR), 8 * ROW_BYTES,
-                                         b.dram_bytes // ROW_BYTES, tap(rec and rec.dram)))
+                                         b.dram_bytes // ROW_BYTES, tap(rec and rec.dram), vpi))
 
     # ---- DRAM: host memory, through the backdoor ------------------------------------------
     def _dram_range(self, addr: int, nbytes: int) -> None:
@@ -252,17 +341,20 @@ class Device:
         padded = -(-n // bb) * bb
         self._dram_range(addr, padded)
         first, end = addr // ROW_BYTES, -(-(addr + padded) // ROW_BYTES)
-        rows = np.frombuffer(self._dram_rows(first, end - first), np.uint8).copy()  # keep the bytes around it
+        rows = bytearray((end - first) * ROW_BYTES)
         off = addr - first * ROW_BYTES
-        rows[off:off + n] = raw
-        if padded > n:
-            rows[off + n:off + padded] = 0
-        self._dram_mem.write(first, [int.from_bytes(rows[i:i + ROW_BYTES].tobytes(), "little")
-                                     for i in range(0, len(rows), ROW_BYTES)])
+        # the bytes around the range in its first and last rows are kept: only those rows are read
+        if off:
+            rows[:ROW_BYTES] = self._dram_rows(first, 1)
+        if off + padded < len(rows) and (end - 1 > first or not off):
+            rows[-ROW_BYTES:] = self._dram_rows(end - 1, 1)
+        rows[off:off + n] = raw.tobytes()
+        rows[off + n:off + padded] = bytes(padded - n)
+        self._dram_mem.write_bytes(first, bytes(rows))
         return n
 
     def _dram_rows(self, first: int, count: int) -> bytes:
-        return b"".join(int(w).to_bytes(ROW_BYTES, "little") for w in self._dram_mem.read(first, count))
+        return self._dram_mem.read_bytes(first, count)
 
     def dram_read(self, addr: int | Buffer, nbytes: int | None = None) -> np.ndarray:
         """Read ``nbytes`` of DRAM (default: the whole buffer) as a uint8 array."""

@@ -9,6 +9,7 @@ from conftest import check_cocotb, cocotb_results
 CHIP_TESTS = [
     "csr_identity_and_scratch",
     "backdoor_matches_front_door",
+    "backdoor_ranges_land_on_their_words",
     "gemm_shapes_bit_exact",
     "gemm_extremes_wrap",
     "reductions_bit_exact",
