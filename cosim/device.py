@@ -165,6 +165,11 @@ class _Backdoor:
 
     def _to_bytes(self, words: Sequence[int]) -> bytes:
         nb, mask = self.word_bytes, (1 << self.width) - 1
+        if self.width == 8 * nb:  # Python ints that fit: no masking needed (the ring's commands)
+            try:
+                return b"".join([w.to_bytes(nb, "little") for w in words])
+            except (AttributeError, OverflowError):  # numpy integers, negatives, too wide: masked
+                pass
         return b"".join((int(w) & mask).to_bytes(nb, "little") for w in words)
 
     def _to_ints(self, raw: bytes) -> list[int]:

@@ -537,6 +537,12 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
         a_row = a_off + ab * cap_a + p * a_stride
         if gap == "fence":  # FL-ME-002: a gap before every panel change, the chunk's first included
             out.append(_FENCE)
+        # what is the same for every MATMUL of the row, worked out once (the loop below runs
+        # 32,768 times in a 256^3 GEMM, inside the kernel's timed window)
+        b_row, kc_b, acc_row = bb * cap_b, plan.kc, ci > 0
+        sa_row, sb_row = ab * cap_s + p * spp, bb * cap_s
+        free_sig = SEM["FREE"] if p == na - 1 and frees_needed[idx] else None
+        ready_sig = SEM["C_READY"] if last and epi_base is None else None
         for q in range(nb):
             slot = p * nb + q
             wait = None
@@ -550,11 +556,7 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
                     else:
                         out.append(nop(wait=sem))
                     waited += 1
-            sig = sig2 = None
-            if q == nb - 1 and p == na - 1 and frees_needed[idx]:
-                sig = SEM["FREE"]
-            if last and q == nb - 1 and epi_base is None:
-                sig2 = SEM["C_READY"]
+            sig, sig2 = (free_sig, ready_sig) if q == nb - 1 else (None, None)
             if q == 0 and gap == "spacer" and rows_done:
                 # FL-ME-002 without a drain: this MATMUL adds A x 0 into the row's first tile (its
                 # own first A word may be the stale one) and ends at word a_row, so the row's first
@@ -568,10 +570,14 @@ def gemm_stream(cfg: ChipConfig, plan: GemmPlan, bufs: GemmBuffers, constraints:
                         out.append(nop(wait=zw))
                 out.append(matmul(a=a_row - SPACER_K, b=zero_b, c=slot * R, k=SPACER_K, accumulate=True, wait=wait))
                 wait = None
-            scales = {"sa": ab * cap_s + p * spp, "sb": bb * cap_s + q * spp} if fp else {}
-            out.append(matmul(a=a_row, b=bb * cap_b + q * plan.kc, c=slot * R, k=kc,
-                              accumulate=ci > 0, fmt=fmt, wait=wait, signal=sig, signal2=sig2, **scales))
-            led.signal(sig, sig2)
+            if fp:
+                out.append(matmul(a=a_row, b=b_row + q * kc_b, c=slot * R, k=kc, accumulate=acc_row, fmt=fmt,
+                                  wait=wait, signal=sig, signal2=sig2, sa=sa_row, sb=sb_row + q * spp))
+            else:
+                out.append(matmul(a=a_row, b=b_row + q * kc_b, c=slot * R, k=kc, accumulate=acc_row, fmt=fmt,
+                                  wait=wait, signal=sig, signal2=sig2))
+            if sig is not None or sig2 is not None:
+                led.signal(sig, sig2)
             if last and q == nb - 1 and epi_base is not None:  # the epilogue, then C_READY
                 w = led.stream_wait(epi_wait) if epi_wait is not None else None
                 epi_wait = None
