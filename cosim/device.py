@@ -28,7 +28,7 @@ from rtl.revisions import revision_name
 
 from .buffers import Buffer, DramAllocator
 from .testbench import Testbench
-from .vpi_arrays import VpiArrays, open_vpi_arrays
+from .vpi_arrays import VpiArrayError, VpiArrays, open_vpi_arrays
 
 __all__ = ["Device", "KernelDevice", "SubmitFilter", "DeviceTimeout", "DeviceError", "PerfSnapshot"]
 
@@ -117,16 +117,53 @@ class _Backdoor:
         self._vpi = vpi
         self._vpi_handle: int | None = None
 
-    def _whole(self, count: int) -> bool:
-        """One VPI call for ``count`` words? (Verilator's raw-value buffer for a read is sized in
-        4-byte units rounded down: a range under 4 bytes takes the GPI path.)"""
-        return self._vpi is not None and count * self.word_bytes >= 4
+    def _whole(self, count: int, read: bool = False) -> bool:
+        """One VPI call for ``count`` words? Every write on Verilator: a whole-array put lands at
+        once, while a GPI write waits for the end of the callback (cocotb's writes are inertial
+        there), so mixing the two on one array could apply them out of order. A read under 4
+        bytes takes the GPI (Verilator sizes its raw-value buffer for a read in 4-byte units,
+        rounded down); a GPI read sees what the array call wrote."""
+        return self._vpi is not None and (not read or count * self.word_bytes >= 4)
 
     def _array_handle(self) -> int:
         if self._vpi_handle is None:
+            left, right = self._array.left, self._array.right
+            if min(left, right) != 0 or abs(left - right) + 1 != self.depth:
+                raise VpiArrayError(f"{self._array._path} is [{left}:{right}] in the simulator, not the {self.depth} "
+                                    "words from 0 this chip's configuration gives it")
+            self._left, self._right = left, right
             self._vpi_handle = self._vpi.handle(self._array._path)
-            self._left, self._right = self._array.left, self._array.right
+            self._probe_order()
         return self._vpi_handle
+
+    def _probe_order(self) -> None:
+        """Check once per array that whole-array calls land where per-word handles see them
+        (:meth:`_vpi_order` works around a quirk of Verilator's, which a later version could
+        fix): two words written as a range, read back word by word and as a range, then the
+        old words put back. Only runs on a backdoor access, so while the chip is idle."""
+        if self.depth < 2:
+            return
+        nb, mask = self.word_bytes, (1 << self.width) - 1
+        old = self.read_gpi(0, 2)
+        probe = [0x5A5A5A5A5A5A5A5A & mask or 1, 0xA5A5A5A5A5A5A5A5 & mask or 2]
+        index, reverse = self._vpi_order(0, 2)
+
+        def put(words: list[int]) -> None:
+            raw = b"".join(w.to_bytes(nb, "little") for w in words)
+            self._vpi.put(self._vpi_handle, index, self._reversed(raw) if reverse else raw, 2, self._array._path)
+
+        put(probe)
+        seen = self.read_gpi(0, 2)
+        got = self._vpi.get(self._vpi_handle, index, 2, nb, self._array._path)
+        got = self._to_ints(self._reversed(got) if reverse else got)
+        put(old)  # at once, through the same call (a GPI write would land after the caller's)
+        if seen != probe or got != probe:
+            import cocotb
+
+            raise VpiArrayError(f"{cocotb.SIM_NAME} {cocotb.SIM_VERSION}'s whole-array VPI calls do not walk "
+                                f"{self._array._path} [{self._left}:{self._right}] the way cosim/device.py expects: "
+                                f"wrote words 0 and 1 as {[hex(w) for w in probe]}, per-word handles read "
+                                f"{[hex(w) for w in seen]}, the array call {[hex(w) for w in got]}")
 
     def _vpi_order(self, start: int, count: int) -> tuple[int, bool]:
         """(index to pass, reverse the words?) for words [start, start + count).
@@ -181,9 +218,9 @@ class _Backdoor:
             self.write_bytes(start, self._to_bytes(words), words)
             return
         self._span(start, len(words))
+        self._write_gpi(start, words)
         if self._tap is not None:
             self._tap(start, words)
-        self._write_gpi(start, words)
 
     def write_bytes(self, start: int, raw: bytes, words: Sequence[int] | None = None) -> None:
         """Words from ``start`` given as packed little-endian bytes, ``word_bytes`` per word."""
@@ -191,17 +228,20 @@ class _Backdoor:
         if count * self.word_bytes != len(raw):
             raise ValueError(f"{len(raw)} bytes are not whole {self.word_bytes}-byte words")
         self._span(start, count)
-        if self._tap is not None:
-            self._tap(start, self._to_ints(raw) if words is None else words)
+        if self.width % 8:  # the raw put copies whole bytes: no bit above the word's width
+            rows = np.frombuffer(raw, np.uint8).reshape(count, self.word_bytes).copy()
+            rows[:, -1] &= (1 << self.width % 8) - 1
+            raw = rows.tobytes()
         if not self._whole(count):
             self._write_gpi(start, self._to_ints(raw) if words is None else words)
-            return
-        handle = self._array_handle()
-        index, reverse = self._vpi_order(start, count)
-        self._vpi.put(handle, index, self._reversed(raw) if reverse else raw, count, self._array._path)
-        # The whole-array call only stores; a single-word put also tells the model to evaluate
-        # again in this time step (what the GPI path did for every word). Its last word, again:
-        self._write_gpi(start + count - 1, [int.from_bytes(raw[-self.word_bytes:], "little")])
+        else:
+            handle = self._array_handle()
+            index, reverse = self._vpi_order(start, count)
+            # It only stores: the model sees the words at its next evaluation, the next clock
+            # edge (the memories' read ports are clocked).
+            self._vpi.put(handle, index, self._reversed(raw) if reverse else raw, count, self._array._path)
+        if self._tap is not None:  # after the write: a recorded run holds only writes that happened
+            self._tap(start, self._to_ints(raw) if words is None else words)
 
     def _write_gpi(self, start: int, words: Sequence[int]) -> None:
         raw = self._handles(start, len(words))
@@ -216,9 +256,13 @@ class _Backdoor:
                 raw[start + i].set_signal_val_binstr(dep, format(int(w) & mask, fmt))
 
     def read(self, start: int, count: int) -> list[int]:
-        if self._whole(count):
+        if self._whole(count, read=True):
             return self._to_ints(self.read_bytes(start, count))
         self._span(start, count)
+        return self.read_gpi(start, count)
+
+    def read_gpi(self, start: int, count: int) -> list[int]:
+        """Words [start, start + count) through per-word GPI handles."""
         raw = self._handles(start, count)
         out = []
         for i in range(start, start + count):
@@ -231,7 +275,7 @@ class _Backdoor:
 
     def read_bytes(self, start: int, count: int) -> bytes:
         """Words [start, start + count) as packed little-endian bytes."""
-        if not self._whole(count):
+        if not self._whole(count, read=True):
             return self._to_bytes(self.read(start, count))
         self._span(start, count)
         handle = self._array_handle()

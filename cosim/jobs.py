@@ -42,7 +42,7 @@ from .build import (
 )
 from .toolchain import find_simulator
 
-__all__ = ["JobResult", "JobFailed", "SimulatorDied", "run_job", "job_target", "run_cocotb_module"]
+__all__ = ["JobResult", "JobFailed", "HarnessFailed", "SimulatorDied", "run_job", "job_target", "run_cocotb_module"]
 
 
 class JobFailed(RuntimeError):
@@ -59,6 +59,11 @@ class SimulatorDied(JobFailed, HarnessError):
     def __init__(self, message: str, records: list[dict], log: Path, returncode: int | None):
         RuntimeError.__init__(self, message)
         self.records, self.log, self.returncode = records, log, returncode
+
+
+class HarnessFailed(JobFailed, HarnessError):
+    """The job raised a harness error inside the simulator (e.g. a backdoor VPI call failed, see
+    cosim/vpi_arrays.py): not a verdict on the chip."""
 
 
 @dataclass
@@ -257,7 +262,8 @@ def run_job(
     exc = [r for r in records if r.get("type") == "exception"]
     final = [r for r in records if r.get("type") == "result"]
     if exc:
-        raise JobFailed(f"job {target} raised {exc[-1]['error']}\n(simulator log: {log})", records)
+        cls = HarnessFailed if exc[-1].get("harness") else JobFailed
+        raise cls(f"job {target} raised {exc[-1]['error']}\n(simulator log: {log})", records)
     if not final:
         raise _died(sim, target, error, log, records)
     device = next((r for r in records if r.get("type") == "device"), {})

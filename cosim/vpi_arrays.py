@@ -1,5 +1,5 @@
 """Whole ranges of a memory array in one VPI call: ``vpi_put_value_array`` and
-``vpi_get_value_array`` (IEEE 1800-2017, 38.39 and 38.40) of the running simulator, through ctypes.
+``vpi_get_value_array`` (IEEE 1800-2017's VPI) of the running simulator, through ctypes.
 
 Why: the backdoor (:mod:`cosim.device`) moved words one at a time through the GPI, a handle
 lookup and a value string per word, about 1-2 us each in Python; a 256^3 GEMM stages, streams and
@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import ctypes
 
+from .build import HarnessError
+
 __all__ = ["VpiArrayError", "VpiArrays", "open_vpi_arrays"]
 
 _VPI_RAW_TWO_STATE_VAL = 17  # vpi_user.h: vpiRawTwoStateVal
+# what this module calls (the first two are exported for cocotb's VPI library anyway)
+_CALLS = ("vpi_handle_by_name", "vpi_chk_error", "vpi_put_value_array", "vpi_get_value_array")
 
 
-class VpiArrayError(RuntimeError):
+class VpiArrayError(HarnessError):
     """A whole-array VPI call failed or is not available (a harness error, not a chip failure)."""
 
 
@@ -95,7 +99,7 @@ def open_vpi_arrays(simulator: str) -> VpiArrays | None:
     if "verilator" not in simulator.lower():
         return None
     lib = ctypes.CDLL(None)
-    missing = [n for n in ("vpi_put_value_array", "vpi_get_value_array") if not hasattr(lib, n)]
+    missing = [n for n in _CALLS if not hasattr(lib, n)]
     if missing:
         raise VpiArrayError(f"this Verilator model does not export {', '.join(missing)}: it was built without "
                             "the backdoor's link flags (cosim.build.VPI_ARRAY_LDFLAGS); rebuild it")

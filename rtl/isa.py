@@ -326,9 +326,10 @@ _SYNC_OFFSET = {name: SYNC[name].offset for name in ("wait", "signal", "signal2"
 # ---- constructors ---------------------------------------------------------------------------
 
 # Memoized: a command is a pure function of its fields, and a GEMM stream repeats few field sets
-# (a 256^3 GEMM on 4x4 packs 32,768 MATMULs from 2,130 distinct ones). Building that stream on
-# the host took 117-136 ms, 58-76 ms with the cache (docs/simulation.md, "Python in the window").
-@functools.lru_cache(maxsize=1 << 14)
+# (a 256^3 GEMM on 4x4 packs 32,768 MATMULs from 2,130 distinct ones): half of the stream's
+# building (docs/simulation.md, "Python in the kernel's window"). Typed, so that a value that only
+# compares equal to a good one (wait=True for wait=1) is checked, and refused, on its own.
+@functools.lru_cache(maxsize=1 << 14, typed=True)
 def matmul(*, a: int, b: int, c: int, k: int, accumulate: bool = False, fmt: Format = Format.INT8,
            sa: int = 0, sb: int = 0, tag: int = 0, wait: int | None = None, signal: int | None = None,
            signal2: int | None = None) -> int:

@@ -25,4 +25,12 @@ async def raise_job(dev, emit) -> None:
     raise RuntimeError("this job fails on purpose")
 
 
-__all__ = ["die_by_signal_job", "exit_job", "ok_job", "raise_job"]
+async def vpi_lookup_job(dev, emit, path: str) -> None:
+    """Looks an array up through the backdoor's whole-array VPI (Verilator): a harness error when
+    the simulator has no such array."""
+    from rtl.memories import Region
+
+    dev._mems[Region.A]._vpi.handle(path)
+
+
+__all__ = ["die_by_signal_job", "exit_job", "ok_job", "raise_job", "vpi_lookup_job"]

@@ -227,6 +227,23 @@ def test_a_job_leaves_no_temporary_folder_unless_it_failed(tmp_path, monkeypatch
 
 
 @pytest.mark.sim
+def test_a_harness_error_inside_the_simulator_is_not_a_chip_verdict(tmp_path):
+    """A backdoor VPI call that fails inside the simulator (cosim/vpi_arrays.py) reaches the
+    caller as a harness error (HarnessFailed), while a job's own exception stays a JobFailed
+    verdict: the CLI and the sweeps report the first as an error, the second as a failure."""
+    from cosim.build import HarnessError
+    from cosim.jobs import HarnessFailed, JobFailed, run_job
+    from harness_jobs import raise_job, vpi_lookup_job
+
+    require_sim("verilator")
+    with pytest.raises(HarnessFailed, match="no array named 'fl_tb.no_such_array'"):
+        run_job(vpi_lookup_job, {"path": "fl_tb.no_such_array"}, variant=_small_variant(), work_dir=tmp_path / "a")
+    with pytest.raises(JobFailed) as verdict:
+        run_job(raise_job, {}, variant=_small_variant(), work_dir=tmp_path / "b")
+    assert not isinstance(verdict.value, HarnessError)
+
+
+@pytest.mark.sim
 def test_simulator_exit_status_is_translated(tmp_path):
     """A job that ends its own simulator: a segfault is named, an exit code is given."""
     from cosim.jobs import SimulatorDied, run_job
