@@ -231,6 +231,39 @@ class MatrixEngine(wiring.Component):
                 m.d.sync += fp_left.eq(fp_left - 1)
             add_gated_domain(m, "fp", fp_feed | (fp_left != 0))
 
+        # ---- the FP path's operands -----------------------------------------------------------
+        # On the gated clock the FP path's operand bytes (A and B codes, their block scales, the
+        # format) travel through skew and pipe registers of their own, "fp" copies of the ones
+        # above, while its control (valid, first, block first/last, the unit parity) stays on the
+        # core-clock bundle. The decode, the exact products and their shifts then depend only on
+        # "fp" registers: a simulator evaluates them on "fp" edges, not on every step of an int8
+        # MATMUL (they were most of what the FP chip cost over the int8 chip on an int8 GEMM).
+        # Same values at the same cycles: the "fp" clock runs from an FP MATMUL's first feed step
+        # until the drain after its last has passed every PE, so on every step whose flags say
+        # FP the copies hold that step's bytes; on other steps the FP path's block sums take
+        # values nothing reads (a block's first step clears them; the pending block is taken
+        # only for an FP step). A soft reset clears the control, not the copies, so no stale
+        # step is taken for a real one. Ungated (Amaranth's simulator), the PEs read the same
+        # bytes off the core-clock bundle.
+        # A FP bundle: code[0:8] fmt[8:10] scale[10:18]. B FP bundle: code[0:8] scale[8:16].
+        fp_pipes = self._fp == "fp"
+        fa_in, fb_in = [], []
+        if fp_pipes:
+            for i in range(R):
+                cur = Cat(self.a_rd_data.word_select(i, 8), s1_fmt, self.sa_rd_data.word_select(i, 8))
+                for d in range(i):
+                    nxt = Signal(18, name=f"fa_skew_{i}_{d}")
+                    m.d.fp += nxt.eq(cur)
+                    cur = nxt
+                fa_in.append(cur)
+            for j in range(C):
+                cur = Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8))
+                for d in range(j):
+                    nxt = Signal(16, name=f"fb_skew_{j}_{d}")
+                    m.d.fp += nxt.eq(cur)
+                    cur = nxt
+                fb_in.append(cur)
+
         # ---- PE grid --------------------------------------------------------------------------
         # Each PE: the int8 MAC (32-bit wrap-around) and the FP path (exact products summed
         # exactly per block of 32 steps, in two accumulators of at most 64 bits). At each block
@@ -244,17 +277,27 @@ class MatrixEngine(wiring.Component):
         row_acc = [Signal(name=f"row_acc_{i}") for i in range(R)]
         row_fmt = [Signal(2, name=f"row_fmt_{i}") for i in range(R)]
         b_col = list(b_in)
+        fb_col = list(fb_in)
         for i in range(R):
             a_cur = a_in[i]
+            fa_cur = fa_in[i] if fp_pipes else None
             pending = []
             for j in range(C):
-                pending.append(self._pe(m, i, j, a_cur, b_col[j], res[i][j],
+                fa = fa_cur if fp_pipes else Cat(a_cur[0:8], a_cur[28:30], a_cur[32:40])
+                fb = fb_col[j] if fp_pipes else b_col[j]
+                pending.append(self._pe(m, i, j, a_cur, b_col[j], fa, fb, res[i][j],
                                         (row_done[i], row_c[i], row_acc[i], row_fmt[i]) if j == C - 1 else None))
                 a_nxt = Signal(bundle_w, name=f"a_pipe_{i}_{j}")
                 b_nxt = Signal(16, name=f"b_pipe_{i}_{j}")
                 m.d.sync += [a_nxt.eq(a_cur), b_nxt.eq(b_col[j])]
                 a_cur = a_nxt
                 b_col[j] = b_nxt
+                if fp_pipes:
+                    fa_nxt = Signal(18, name=f"fa_pipe_{i}_{j}")
+                    fb_nxt = Signal(16, name=f"fb_pipe_{i}_{j}")
+                    m.d.fp += [fa_nxt.eq(fa_cur), fb_nxt.eq(fb_col[j])]
+                    fa_cur = fa_nxt
+                    fb_col[j] = fb_nxt
             if self.config.has_fp:
                 self._finalize_units(m, i, pending, res[i])
 
@@ -355,11 +398,11 @@ class MatrixEngine(wiring.Component):
                     m.d.comb += [sign.eq(code[3]), sig.eq(Cat(mnt, e != 0)), ee.eq(Mux(e == 0, 1, e))]
         return sign, sig, ee, nan, inf
 
-    def _pe(self, m: Module, i: int, j: int, a_bus, b_bus, res, row_out) -> None:
+    def _pe(self, m: Module, i: int, j: int, a_bus, b_bus, fa_bus, fb_bus, res, row_out) -> None:
         t = f"pe_{i}_{j}"
         a_code, valid, first, last = a_bus[0:8], a_bus[8], a_bus[9], a_bus[10]
-        c_tag, acc_tag, fmt, bfirst, blast, sa = a_bus[11:27], a_bus[27], a_bus[28:30], a_bus[30], a_bus[31], a_bus[32:40]
-        b_code, sb = b_bus[0:8], b_bus[8:16]
+        c_tag, acc_tag, fmt, bfirst, blast = a_bus[11:27], a_bus[27], a_bus[28:30], a_bus[30], a_bus[31]
+        b_code = b_bus[0:8]
         unit_bit = a_bus[40]
 
         # int8 MAC
@@ -402,8 +445,11 @@ class MatrixEngine(wiring.Component):
         # (every E4M3 and E2M1 product) in `lo`, the others (large E5M2 products) in `hi` in units
         # of 2**32. Each part fits 64 bits (lo < 32 * 225 * 2**31, hi < 32 * 49 * 2**26): the sum
         # is exact, and no per-step arithmetic is wider than a machine word.
-        sa_s, sa_sig, sa_ee, a_nan, a_inf = self._decode(m, a_code, fmt, f"{t}_a")
-        sb_s, sb_sig, sb_ee, b_nan, b_inf = self._decode(m, b_code, fmt, f"{t}_b")
+        # the operand bytes from the FP bundles (see elaborate), the control from the core bundle
+        fa_code, f_fmt, f_sa = fa_bus[0:8], fa_bus[8:10], fa_bus[10:18]
+        fb_code, f_sb = fb_bus[0:8], fb_bus[8:16]
+        sa_s, sa_sig, sa_ee, a_nan, a_inf = self._decode(m, fa_code, f_fmt, f"{t}_a")
+        sb_s, sb_sig, sb_ee, b_nan, b_inf = self._decode(m, fb_code, f_fmt, f"{t}_b")
         shift = Signal(6, name=f"{t}_shift")
         m.d.comb += shift.eq(sa_ee + sb_ee - 2)
         term = Signal(39, name=f"{t}_term")  # sig product (8 bits) << shift mod 32
@@ -439,8 +485,8 @@ class MatrixEngine(wiring.Component):
             "acc32": Signal(32, name=f"{t}_acc32"),
         }
         pend_valid, pend_unit = Signal(name=f"{t}_pend_v"), Signal(name=f"{t}_pend_u")
-        unit = Mux(fmt == Format.E4M3, self._UNIT_EXP[Format.E4M3],
-                   Mux(fmt == Format.E5M2, self._UNIT_EXP[Format.E5M2], self._UNIT_EXP[Format.E2M1]))
+        unit = Mux(f_fmt == Format.E4M3, self._UNIT_EXP[Format.E4M3],
+                   Mux(f_fmt == Format.E5M2, self._UNIT_EXP[Format.E5M2], self._UNIT_EXP[Format.E2M1]))
         m.d[self._fp] += pend_valid.eq(valid & blast & (fmt != Format.INT8))
         with m.If(valid):
             m.d.sync += [blk_lo.eq(lo_new), blk_hi.eq(hi_new), bnan.eq(nan_new), bpinf.eq(pinf_new),
@@ -449,8 +495,8 @@ class MatrixEngine(wiring.Component):
                 m.d[self._fp] += [
                     pend["lo"].eq(lo_new), pend["hi"].eq(hi_new), pend["nan"].eq(nan_new),
                     pend["pinf"].eq(pinf_new), pend["ninf"].eq(ninf_new),
-                    pend["scale_nan"].eq((sa == 0xFF) | (sb == 0xFF)),
-                    pend["x"].eq(unit + sa + sb - 254), pend_unit.eq(unit_bit),
+                    pend["scale_nan"].eq((f_sa == 0xFF) | (f_sb == 0xFF)),
+                    pend["x"].eq(unit + f_sa + f_sb - 254), pend_unit.eq(unit_bit),
                 ]
         # `first` marks the MATMUL's first step, which is in its first block: latch it at the block
         # start and carry it to that block's end.
