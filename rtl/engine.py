@@ -36,6 +36,16 @@ _LO_BITS = 46
 _HI_BITS = 40
 
 
+def _delayed(m: Module, domain: str, value, stages: int, width: int, name: str):
+    """``value`` through ``stages`` registers of ``domain`` (named ``{name}_0``, ``{name}_1``...):
+    the skew lines that line the operands up with their PEs."""
+    for d in range(stages):
+        nxt = Signal(width, name=f"{name}_{d}")
+        m.d[domain] += nxt.eq(value)
+        value = nxt
+    return value
+
+
 class MatrixEngine(wiring.Component):
     """Systolic array of ``rows x cols`` int8 PEs with int32 wrap-around accumulators.
 
@@ -194,22 +204,9 @@ class MatrixEngine(wiring.Component):
                        s1_bfirst, s1_blast, self.sa_rd_data.word_select(i, 8), s1_unit)
 
         bundle_w = 41
-        a_in = []
-        for i in range(R):
-            cur = a_bundle(i)
-            for d in range(i):
-                nxt = Signal(bundle_w, name=f"a_skew_{i}_{d}")
-                m.d.sync += nxt.eq(cur)
-                cur = nxt
-            a_in.append(cur)
-        b_in = []
-        for j in range(C):
-            cur = Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8))
-            for d in range(j):
-                nxt = Signal(16, name=f"b_skew_{j}_{d}")
-                m.d.sync += nxt.eq(cur)
-                cur = nxt
-            b_in.append(cur)
+        a_in = [_delayed(m, "sync", a_bundle(i), i, bundle_w, f"a_skew_{i}") for i in range(R)]
+        b_in = [_delayed(m, "sync", Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8)), j, 16,
+                         f"b_skew_{j}") for j in range(C)]
 
         # the domain of the FP finalize stage's registers
         self._fp = "fp" if self.config.has_fp and self.gated_fp else "sync"
@@ -249,20 +246,10 @@ class MatrixEngine(wiring.Component):
         fp_pipes = self._fp == "fp"
         fa_in, fb_in = [], []
         if fp_pipes:
-            for i in range(R):
-                cur = Cat(self.a_rd_data.word_select(i, 8), s1_fmt, self.sa_rd_data.word_select(i, 8))
-                for d in range(i):
-                    nxt = Signal(18, name=f"fa_skew_{i}_{d}")
-                    m.d.fp += nxt.eq(cur)
-                    cur = nxt
-                fa_in.append(cur)
-            for j in range(C):
-                cur = Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8))
-                for d in range(j):
-                    nxt = Signal(16, name=f"fb_skew_{j}_{d}")
-                    m.d.fp += nxt.eq(cur)
-                    cur = nxt
-                fb_in.append(cur)
+            fa_in = [_delayed(m, "fp", Cat(self.a_rd_data.word_select(i, 8), s1_fmt, self.sa_rd_data.word_select(i, 8)),
+                              i, 18, f"fa_skew_{i}") for i in range(R)]
+            fb_in = [_delayed(m, "fp", Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8)), j, 16,
+                              f"fb_skew_{j}") for j in range(C)]
 
         # ---- PE grid --------------------------------------------------------------------------
         # Each PE: the int8 MAC (32-bit wrap-around) and the FP path (exact products summed
