@@ -111,74 +111,77 @@ class _Backdoor:
         self.width = width
         self.depth = depth
         self.word_bytes = (width + 7) // 8
+        if vpi is not None and width % 8:  # the raw values are whole bytes: bits above the width
+            raise VpiArrayError(f"{array_handle._path}: {width}-bit words are not whole bytes, which the "
+                                "whole-array backdoor moves")
         self._raw: list | None = None
         self._deposit = _GPISetAction.DEPOSIT.value
         self._tap = tap  # tap(start, words): a recorded run notes every write (cosim/stimulus.py)
+        # Every write on Verilator takes the array call: it stores at once, while cocotb's GPI
+        # writes there are inertial (applied when the callback returns), so mixing the two on one
+        # array could apply writes out of order. Reads may mix: a GPI read sees what was stored.
         self._vpi = vpi
         self._vpi_handle: int | None = None
 
-    def _whole(self, count: int, read: bool = False) -> bool:
-        """One VPI call for ``count`` words? Every write on Verilator: a whole-array put lands at
-        once, while a GPI write waits for the end of the callback (cocotb's writes are inertial
-        there), so mixing the two on one array could apply them out of order. A read under 4
-        bytes takes the GPI (Verilator sizes its raw-value buffer for a read in 4-byte units,
-        rounded down); a GPI read sees what the array call wrote."""
-        return self._vpi is not None and (not read or count * self.word_bytes >= 4)
-
+    # ---- whole ranges through the array calls (Verilator) -----------------------------------
     def _array_handle(self) -> int:
         if self._vpi_handle is None:
             left, right = self._array.left, self._array.right
             if min(left, right) != 0 or abs(left - right) + 1 != self.depth:
                 raise VpiArrayError(f"{self._array._path} is [{left}:{right}] in the simulator, not the {self.depth} "
                                     "words from 0 this chip's configuration gives it")
-            self._left, self._right = left, right
+            # Verilator's whole-array calls walk a descending array (``reg [W:0] m [D-1:0]``, as
+            # Yosys writes every Amaranth memory) from storage slot ``left - index`` downwards,
+            # while its storage (and every per-word handle) keeps word ``i`` in slot ``i - low``:
+            # such a range is passed from its top word, ``left - (start + count - 1)``, with the
+            # words in reverse. An ascending array (the DRAM model's) is passed as it is.
+            self._descending = left > right
             self._vpi_handle = self._vpi.handle(self._array._path)
             self._probe_order()
         return self._vpi_handle
 
+    def _put_range(self, start: int, raw: bytes) -> None:
+        """Store packed words from ``start``. It only stores: the model sees the words at its next
+        evaluation, the next clock edge (the memories' read ports are clocked)."""
+        handle, count = self._array_handle(), len(raw) // self.word_bytes
+        if self._descending:
+            self._vpi.put(handle, self.depth - 1 - (start + count - 1), self._reversed(raw), count, self._array._path)
+        else:
+            self._vpi.put(handle, start, raw, count, self._array._path)
+
+    def _get_range(self, start: int, count: int) -> bytes:
+        handle = self._array_handle()
+        if self._descending:
+            raw = self._vpi.get(handle, self.depth - 1 - (start + count - 1), count, self.word_bytes,
+                                self._array._path)
+            return self._reversed(raw)
+        return self._vpi.get(handle, start, count, self.word_bytes, self._array._path)
+
+    def _reversed(self, raw: bytes) -> bytes:
+        """The words of ``raw`` in reverse order (each word's bytes kept)."""
+        return np.frombuffer(raw, f"V{self.word_bytes}")[::-1].tobytes()
+
     def _probe_order(self) -> None:
-        """Check once per array that whole-array calls land where per-word handles see them
-        (:meth:`_vpi_order` works around a quirk of Verilator's, which a later version could
-        fix): two words written as a range, read back word by word and as a range, then the
-        old words put back. Only runs on a backdoor access, so while the chip is idle."""
+        """Check once per array that whole-array calls land where per-word handles see them (the
+        reversal above works around a quirk of Verilator's, which a later version could fix): two
+        words stored as a range, read back word by word and as a range, then the old words put
+        back the same way. Only runs on a backdoor access, so while the chip is idle."""
         if self.depth < 2:
             return
-        nb, mask = self.word_bytes, (1 << self.width) - 1
         old = self.read_gpi(0, 2)
-        probe = [0x5A5A5A5A5A5A5A5A & mask or 1, 0xA5A5A5A5A5A5A5A5 & mask or 2]
-        index, reverse = self._vpi_order(0, 2)
-
-        def put(words: list[int]) -> None:
-            raw = b"".join(w.to_bytes(nb, "little") for w in words)
-            self._vpi.put(self._vpi_handle, index, self._reversed(raw) if reverse else raw, 2, self._array._path)
-
-        put(probe)
-        seen = self.read_gpi(0, 2)
-        got = self._vpi.get(self._vpi_handle, index, 2, nb, self._array._path)
-        got = self._to_ints(self._reversed(got) if reverse else got)
-        put(old)  # at once, through the same call (a GPI write would land after the caller's)
+        probe = [0x5A5A5A5A5A5A5A5A & ((1 << self.width) - 1) or 1, 0xA5A5A5A5A5A5A5A5 & ((1 << self.width) - 1) or 2]
+        self._put_range(0, self._to_bytes(probe))
+        seen, got = self.read_gpi(0, 2), self._to_ints(self._get_range(0, 2))
+        self._put_range(0, self._to_bytes(old))
         if seen != probe or got != probe:
             import cocotb
 
             raise VpiArrayError(f"{cocotb.SIM_NAME} {cocotb.SIM_VERSION}'s whole-array VPI calls do not walk "
-                                f"{self._array._path} [{self._left}:{self._right}] the way cosim/device.py expects: "
-                                f"wrote words 0 and 1 as {[hex(w) for w in probe]}, per-word handles read "
-                                f"{[hex(w) for w in seen]}, the array call {[hex(w) for w in got]}")
+                                f"{self._array._path} [{self._array.left}:{self._array.right}] the way "
+                                f"cosim/device.py expects: stored words 0 and 1 as {[hex(w) for w in probe]}, "
+                                f"per-word handles read {[hex(w) for w in seen]}, the array call {[hex(w) for w in got]}")
 
-    def _vpi_order(self, start: int, count: int) -> tuple[int, bool]:
-        """(index to pass, reverse the words?) for words [start, start + count).
-
-        Verilator's whole-array calls walk a descending array (``reg [W:0] m [D-1:0]``, as Yosys
-        writes every Amaranth memory) from storage slot ``left - index`` downwards, while its
-        storage (and every per-word handle) keeps word ``i`` in slot ``i - low``: so for such an
-        array the range is passed from its top word, ``left - (start + count - 1)``, with the
-        words in reverse. An ascending array (the DRAM model's) is passed as it is. The backdoor
-        tests compare whole-array writes with per-word GPI reads and the front-door window.
-        """
-        if self._left > self._right:
-            return self._left - (start + count - 1), True
-        return start, False
-
+    # ---- word by word through the GPI (Icarus; short reads) ----------------------------------
     def _handles(self, start: int, count: int) -> list:
         """Handles of words [start, start + count), looked up once each (a DRAM has 2**18 words:
         opening them all up front would cost seconds)."""
@@ -196,6 +199,31 @@ class _Backdoor:
                 raw[i] = h
         return raw
 
+    def _write_gpi(self, start: int, words: Sequence[int]) -> None:
+        raw = self._handles(start, len(words))
+        dep = self._deposit
+        if self.width <= 32:
+            for i, w in enumerate(words):
+                raw[start + i].set_signal_val_int(dep, int(w))
+        else:
+            fmt = f"0{self.width}b"
+            mask = (1 << self.width) - 1
+            for i, w in enumerate(words):
+                raw[start + i].set_signal_val_binstr(dep, format(int(w) & mask, fmt))
+
+    def read_gpi(self, start: int, count: int) -> list[int]:
+        """Words [start, start + count) through per-word GPI handles."""
+        raw = self._handles(start, count)
+        out = []
+        for i in range(start, start + count):
+            bits = raw[i].get_signal_val_binstr()
+            try:
+                out.append(int(bits, 2))
+            except ValueError:
+                raise DeviceError(f"SRAM word {i} holds non-binary bits {bits!r} (X or Z)") from None
+        return out
+
+    # ---- the backdoor's interface -------------------------------------------------------------
     def _span(self, start: int, count: int) -> None:
         if start < 0 or count < 0 or start + count > self.depth:
             raise IndexError(f"words [{start}, {start + count}) are outside {self._array._path} (depth {self.depth})")
@@ -214,78 +242,42 @@ class _Backdoor:
         return [int.from_bytes(raw[i:i + nb], "little") for i in range(0, len(raw), nb)]
 
     def write(self, start: int, words: Sequence[int]) -> None:
-        if self._whole(len(words)):
-            self.write_bytes(start, self._to_bytes(words), words)
-            return
         self._span(start, len(words))
-        self._write_gpi(start, words)
-        if self._tap is not None:
+        if self._vpi is not None:
+            self._put_range(start, self._to_bytes(words))
+        else:
+            self._write_gpi(start, words)
+        if self._tap is not None:  # after the write: a recorded run holds only writes that happened
             self._tap(start, words)
 
-    def write_bytes(self, start: int, raw: bytes, words: Sequence[int] | None = None) -> None:
+    def write_bytes(self, start: int, raw: bytes) -> None:
         """Words from ``start`` given as packed little-endian bytes, ``word_bytes`` per word."""
         count = len(raw) // self.word_bytes
         if count * self.word_bytes != len(raw):
             raise ValueError(f"{len(raw)} bytes are not whole {self.word_bytes}-byte words")
         self._span(start, count)
-        if self.width % 8:  # the raw put copies whole bytes: no bit above the word's width
-            rows = np.frombuffer(raw, np.uint8).reshape(count, self.word_bytes).copy()
-            rows[:, -1] &= (1 << self.width % 8) - 1
-            raw = rows.tobytes()
-        if not self._whole(count):
-            self._write_gpi(start, self._to_ints(raw) if words is None else words)
+        if self._vpi is not None:
+            self._put_range(start, raw)
         else:
-            handle = self._array_handle()
-            index, reverse = self._vpi_order(start, count)
-            # It only stores: the model sees the words at its next evaluation, the next clock
-            # edge (the memories' read ports are clocked).
-            self._vpi.put(handle, index, self._reversed(raw) if reverse else raw, count, self._array._path)
-        if self._tap is not None:  # after the write: a recorded run holds only writes that happened
-            self._tap(start, self._to_ints(raw) if words is None else words)
-
-    def _write_gpi(self, start: int, words: Sequence[int]) -> None:
-        raw = self._handles(start, len(words))
-        dep = self._deposit
-        if self.width <= 32:
-            for i, w in enumerate(words):
-                raw[start + i].set_signal_val_int(dep, int(w))
-        else:
-            fmt = f"0{self.width}b"
-            mask = (1 << self.width) - 1
-            for i, w in enumerate(words):
-                raw[start + i].set_signal_val_binstr(dep, format(int(w) & mask, fmt))
+            self._write_gpi(start, self._to_ints(raw))
+        if self._tap is not None:
+            self._tap(start, self._to_ints(raw))
 
     def read(self, start: int, count: int) -> list[int]:
-        if self._whole(count, read=True):
-            return self._to_ints(self.read_bytes(start, count))
+        return self._to_ints(self.read_bytes(start, count)) if self._vpi is not None else self._read_checked(start, count)
+
+    def _read_checked(self, start: int, count: int) -> list[int]:
         self._span(start, count)
         return self.read_gpi(start, count)
 
-    def read_gpi(self, start: int, count: int) -> list[int]:
-        """Words [start, start + count) through per-word GPI handles."""
-        raw = self._handles(start, count)
-        out = []
-        for i in range(start, start + count):
-            bits = raw[i].get_signal_val_binstr()
-            try:
-                out.append(int(bits, 2))
-            except ValueError:
-                raise DeviceError(f"SRAM word {i} holds non-binary bits {bits!r} (X or Z)") from None
-        return out
-
     def read_bytes(self, start: int, count: int) -> bytes:
         """Words [start, start + count) as packed little-endian bytes."""
-        if not self._whole(count, read=True):
-            return self._to_bytes(self.read(start, count))
+        # Verilator sizes its raw-value buffer for a read in 4-byte units, rounded down: a range
+        # under 4 bytes is read word by word
+        if self._vpi is None or count * self.word_bytes < 4:
+            return self._to_bytes(self._read_checked(start, count))
         self._span(start, count)
-        handle = self._array_handle()
-        index, reverse = self._vpi_order(start, count)
-        raw = self._vpi.get(handle, index, count, self.word_bytes, self._array._path)
-        return self._reversed(raw) if reverse else raw
-
-    def _reversed(self, raw: bytes) -> bytes:
-        """The words of ``raw`` in reverse order (each word's bytes kept)."""
-        return np.frombuffer(raw, f"V{self.word_bytes}")[::-1].tobytes()
+        return self._get_range(start, count)
 
 
 class Device:
@@ -394,16 +386,13 @@ class Device:
         off = addr - first * ROW_BYTES
         # the bytes around the range in its first and last rows are kept: only those rows are read
         if off:
-            rows[:ROW_BYTES] = self._dram_rows(first, 1)
+            rows[:ROW_BYTES] = self._dram_mem.read_bytes(first, 1)
         if off + padded < len(rows) and (end - 1 > first or not off):
-            rows[-ROW_BYTES:] = self._dram_rows(end - 1, 1)
+            rows[-ROW_BYTES:] = self._dram_mem.read_bytes(end - 1, 1)
         rows[off:off + n] = raw.tobytes()
         rows[off + n:off + padded] = bytes(padded - n)
         self._dram_mem.write_bytes(first, bytes(rows))
         return n
-
-    def _dram_rows(self, first: int, count: int) -> bytes:
-        return self._dram_mem.read_bytes(first, count)
 
     def dram_read(self, addr: int | Buffer, nbytes: int | None = None) -> np.ndarray:
         """Read ``nbytes`` of DRAM (default: the whole buffer) as a uint8 array."""
@@ -413,7 +402,7 @@ class Device:
         bb = self.board.bus_bytes
         self._dram_range(addr, -(-nbytes // bb) * bb)
         first, end = addr // ROW_BYTES, -(-(addr + nbytes) // ROW_BYTES)
-        rows = np.frombuffer(self._dram_rows(first, end - first), np.uint8)
+        rows = np.frombuffer(self._dram_mem.read_bytes(first, end - first), np.uint8)
         off = addr - first * ROW_BYTES
         return rows[off:off + nbytes].copy()
 

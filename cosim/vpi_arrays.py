@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import ctypes
 
-from .build import HarnessError
+from .build import VPI_ARRAY_CALLS, HarnessError
 
 __all__ = ["VpiArrayError", "VpiArrays", "open_vpi_arrays"]
 
 _VPI_RAW_TWO_STATE_VAL = 17  # vpi_user.h: vpiRawTwoStateVal
-# what this module calls (the first two are exported for cocotb's VPI library anyway)
-_CALLS = ("vpi_handle_by_name", "vpi_chk_error", "vpi_put_value_array", "vpi_get_value_array")
+# what this module calls: two that cocotb's VPI library uses (so every model exports them) and
+# the array calls our builds export for it
+_CALLS = ("vpi_handle_by_name", "vpi_chk_error", *VPI_ARRAY_CALLS)
 
 
 class VpiArrayError(HarnessError):
