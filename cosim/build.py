@@ -635,11 +635,7 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
     info = find_simulator(sim)
     info.apply_env()
     rebuilt: list[str] = []
-    args = list(VERILATOR_ARGS) if sim == "verilator" else list(ICARUS_ARGS)
-    if clock == "cpp":  # nothing in the Verilog waits on time: no timing scheduler
-        args.remove("--timing")
-    if sim == "verilator":
-        args += ["-LDFLAGS", VPI_ARRAY_LDFLAGS]
+    args = sim_args(sim, clock)
     make_args = list(VERILATOR_MAKE_ARGS) if sim == "verilator" else []
     # started (if not cached) when an elaboration or a compile is due: it overlaps the first
     runtime = _verilator_runtime(info, args, make_args, waves) if sim == "verilator" else None
@@ -671,6 +667,16 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
     first = (_read_json(marker) or {}).get("build_s")
     return Build(variant, sim, clock, build_dir, verilog_path, hit, time.perf_counter() - t0, elab_s, v_hit, first,
                  rebuilt)
+
+
+def sim_args(sim: str, clock: str) -> list[str]:
+    """The simulator's build arguments for a build of ``sim`` with ``clock``."""
+    if sim != "verilator":
+        return list(ICARUS_ARGS)
+    args = list(VERILATOR_ARGS)
+    if clock == "cpp":  # nothing in the Verilog waits on time: no timing scheduler
+        args.remove("--timing")
+    return [*args, "-LDFLAGS", VPI_ARRAY_LDFLAGS]
 
 
 def _verilator_runtime(info: SimInfo, args: list[str], make_args: list[str], waves: bool):

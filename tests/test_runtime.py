@@ -58,8 +58,8 @@ def test_a_damaged_runtime_entry_is_compiled_again(tmp_path, monkeypatch):
     info.apply_env()
 
     def runtime():  # the one a "cpp"-clock build without waves uses
-        return build._verilator_runtime(info, [a for a in build.VERILATOR_ARGS if a != "--timing"],
-                                        list(build.VERILATOR_MAKE_ARGS), False)
+        return build._verilator_runtime(info, build.sim_args("verilator", "cpp"), list(build.VERILATOR_MAKE_ARGS),
+                                        False)
 
     assert runtime().start().wait() is None
     obj = runtime().dir / "verilated.o"
