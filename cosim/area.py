@@ -74,6 +74,9 @@ def area_of(component, name: str = "top") -> AreaReport:
 
     t0 = time.perf_counter()
     text = rtlil.convert(component, name="top")
+    # the modules a Verilog build's chip instances (its PE): flatten takes them in
+    instanced = getattr(component, "instanced_modules", dict)()
+    text += "".join(rtlil.convert(design, name=mod) for mod, design in instanced.items())
     with tempfile.TemporaryDirectory(prefix="firstlight-area-") as tmp:
         d = Path(tmp)
         (d / "design.il").write_text(text)

@@ -23,6 +23,7 @@ from .dma import LOAD_REGIONS, DmaLoad, DmaStore
 from .config import ChipConfig, log2
 from .csr_map import CSR_ADDR_BITS, ID_MAGIC, PERF_COUNTERS, REG, REG_INDEX, SEMAPHORES, WINDOW_DATA, Register
 from .engine import MatrixEngine
+from .pe import PE_MODULE
 from .faults import FAULT_BITS, FAULT_LAYOUT, PINS, FaultKind, parse_faults
 from .saboteurs import SramSaboteur, active, stuck_value
 from .isa import COMMAND_BITS, ErrCode
@@ -144,6 +145,25 @@ class Chip(wiring.Component):
                 "idle": Out(1),
             }
         )
+        # A Verilog build's engine instances one PE module (rtl/pe.py) in every position, converted
+        # once (cosim/build.py appends it to the chip's Verilog); not where the PEs differ (PE
+        # faults) or in Amaranth's simulator, which takes a PE submodule per position.
+        self.shared_pe = gated_clocks and MatrixEngine.can_share_pe(self._fault_views())
+
+    def instanced_modules(self) -> dict:
+        """Module name -> the design of each module the chip instances rather than contains: a
+        netlist of the chip (Verilog, an area report) converts each once and appends it."""
+        if not self.shared_pe:
+            return {}
+        return {PE_MODULE: MatrixEngine.shared_pe_design(self.config, self.defects, gated_fp=self.gated_clocks)}
+
+    def _fault_views(self) -> list:
+        """The fault descriptors the units' saboteurs see: the ``--inject`` list as constants, and
+        a campaign build's ``fault_sel`` port."""
+        faults = [data.View(FAULT_LAYOUT, Const(f.encode(), FAULT_LAYOUT.size)) for f in self.fault_list]
+        if self.fault_port:
+            faults.append(data.View(FAULT_LAYOUT, self.fault_sel[:FAULT_LAYOUT.size]))
+        return faults
 
     def region_words(self) -> dict[int, tuple[int, int]]:
         """Window region -> (depth in words, 32-bit chunks per word)."""
@@ -158,10 +178,9 @@ class Chip(wiring.Component):
         # ---- units (soft reset clears their state; memory contents survive) ---------------
         defects = self.defects
         # Fault descriptors: the --inject list as constants, plus the campaign port.
-        faults = [data.View(FAULT_LAYOUT, Const(f.encode(), FAULT_LAYOUT.size)) for f in self.fault_list]
-        if self.fault_port:
-            faults.append(data.View(FAULT_LAYOUT, self.fault_sel[:FAULT_LAYOUT.size]))
-        engine = MatrixEngine(cfg, defects, faults, gated_fp=self.gated_clocks)
+        faults = self._fault_views()
+        engine = MatrixEngine(cfg, defects, faults, gated_fp=self.gated_clocks, shared_pe=self.shared_pe,
+                              soft_rst=soft_rst)
         reducer = ReductionUnit(cfg, defects, faults)
         cmdp = CommandProcessor(cfg, self.board, defects, faults)
         dma_ld = DmaLoad(cfg, self.board, defects, faults)

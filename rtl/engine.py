@@ -15,7 +15,9 @@ tiles never complete a row in the same cycle. Back-to-back MATMULs stream with n
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from types import SimpleNamespace
+
+from amaranth.hdl import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -25,16 +27,11 @@ from .ports import acc_port_members
 from .fp32 import CANONICAL_NAN, POS_INF, fp32_add, round_to_fp32
 from .isa import Format
 from .faults import FaultKind
+from .pe import A_BUS_BITS, B_BUS_BITS, FA_BUS_BITS, FB_BUS_BITS, HI_BITS, PE_MODULE, ProcessingElement
 from .revisions import Defect
-from .saboteurs import stuck_value
+from .saboteurs import could_be
 
 __all__ = ["MatrixEngine"]
-
-# Widths of a PE's two exact block-sum parts (see MatrixEngine._pe): lo < 32 * 225 * 2**31 and
-# hi < 32 * 49 * 2**26 in magnitude, with a sign bit and a bit to spare; both <= 64 bits.
-_LO_BITS = 46
-_HI_BITS = 40
-
 
 def _delayed(m: Module, domain: str, value, stages: int, width: int, name: str):
     """``value`` through ``stages`` registers of ``domain`` (named ``{name}_0``, ``{name}_1``...):
@@ -71,11 +68,25 @@ class MatrixEngine(wiring.Component):
     """
 
     def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), faults=(),
-                 gated_fp: bool = False):
+                 gated_fp: bool = False, shared_pe: bool = False, soft_rst=None):
         self.config = config
         self.gated_fp = gated_fp  # the FP finalize stage on its own gated clock (Verilog builds)
         self.defects = frozenset(defects)
-        self.faults = list(faults)  # fault descriptors (rtl/saboteurs.py): PE product / accumulator bits
+        # fault descriptors (rtl/saboteurs.py) that may hit a PE's product or accumulator bits
+        self.faults = could_be(list(faults), FaultKind.PE_PRODUCT, FaultKind.PE_ACC)
+        # the domain of the FP finalize stage's registers
+        self._fp = "fp" if config.has_fp and gated_fp else "sync"
+        # ``shared_pe`` (Verilog builds): every PE is an instance of the module PE_MODULE, which
+        # the build converts once from :meth:`shared_pe_design`; the instances are reset by the
+        # chip's reset or ``soft_rst`` (the soft reset reaches the engine's own registers through
+        # a ResetInserter, which does not reach into an instance). Otherwise every PE is a
+        # submodule of its own.
+        self.shared_pe = shared_pe
+        if shared_pe and self.faults:
+            raise ValueError("the PEs cannot be one shared module: fault descriptors may hit a PE")
+        if shared_pe and soft_rst is None:
+            raise ValueError("shared PE instances need the soft reset signal (soft_rst)")
+        self.soft_rst = soft_rst
         aw = (config.operand_depth - 1).bit_length()
         sw = (config.scale_depth - 1).bit_length()
         super().__init__(
@@ -109,6 +120,23 @@ class MatrixEngine(wiring.Component):
                 **acc_port_members(config),
             }
         )
+
+    @staticmethod
+    def can_share_pe(faults=()) -> bool:
+        """Every PE is the same design: no fault descriptor may hit a PE."""
+        return not could_be(list(faults), FaultKind.PE_PRODUCT, FaultKind.PE_ACC)
+
+    @staticmethod
+    def shared_pe_design(config: ChipConfig, defects=frozenset(), gated_fp: bool = False) -> ProcessingElement:
+        """The PE that a ``shared_pe`` engine instances as PE_MODULE."""
+        return ProcessingElement(config, defects, "fp" if config.has_fp and gated_fp else "sync")
+
+    def instanced_modules(self) -> dict:
+        """Module name -> design of what this engine instances rather than contains (its PE, when
+        shared): a netlist of it converts each once and appends it."""
+        if not self.shared_pe:
+            return {}
+        return {PE_MODULE: self.shared_pe_design(self.config, self.defects, self.gated_fp)}
 
     def elaborate(self, platform):
         m = Module()
@@ -203,13 +231,10 @@ class MatrixEngine(wiring.Component):
             return Cat(self.a_rd_data.word_select(i, 8), s1_valid, s1_first, s1_last, s1_c, s1_acc, s1_fmt,
                        s1_bfirst, s1_blast, self.sa_rd_data.word_select(i, 8), s1_unit)
 
-        bundle_w = 41
-        a_in = [_delayed(m, "sync", a_bundle(i), i, bundle_w, f"a_skew_{i}") for i in range(R)]
-        b_in = [_delayed(m, "sync", Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8)), j, 16,
-                         f"b_skew_{j}") for j in range(C)]
+        a_in = [_delayed(m, "sync", a_bundle(i), i, A_BUS_BITS, f"a_skew_{i}") for i in range(R)]
+        b_in = [_delayed(m, "sync", Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8)), j,
+                         B_BUS_BITS, f"b_skew_{j}") for j in range(C)]
 
-        # the domain of the FP finalize stage's registers
-        self._fp = "fp" if self.config.has_fp and self.gated_fp else "sync"
         if self._fp == "fp":
             # The FP finalize stage (the PEs' pending block sums, the row units, the fp32
             # accumulators) runs on a gated clock, "fp" (rtl/clock_gate.py): from an FP MATMUL's
@@ -247,9 +272,9 @@ class MatrixEngine(wiring.Component):
         fa_in, fb_in = [], []
         if fp_pipes:
             fa_in = [_delayed(m, "fp", Cat(self.a_rd_data.word_select(i, 8), s1_fmt, self.sa_rd_data.word_select(i, 8)),
-                              i, 18, f"fa_skew_{i}") for i in range(R)]
-            fb_in = [_delayed(m, "fp", Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8)), j, 16,
-                              f"fb_skew_{j}") for j in range(C)]
+                              i, FA_BUS_BITS, f"fa_skew_{i}") for i in range(R)]
+            fb_in = [_delayed(m, "fp", Cat(self.b_rd_data.word_select(j, 8), self.sb_rd_data.word_select(j, 8)), j,
+                              FB_BUS_BITS, f"fb_skew_{j}") for j in range(C)]
 
         # ---- PE grid --------------------------------------------------------------------------
         # Each PE: the int8 MAC (32-bit wrap-around) and the FP path (exact products summed
@@ -270,22 +295,27 @@ class MatrixEngine(wiring.Component):
             fa_cur = fa_in[i] if fp_pipes else None
             pending = []
             for j in range(C):
-                fa = fa_cur if fp_pipes else Cat(a_cur[0:8], a_cur[28:30], a_cur[32:40])
-                fb = fb_col[j] if fp_pipes else b_col[j]
-                pending.append(self._pe(m, i, j, a_cur, b_col[j], fa, fb, res[i][j],
-                                        (row_done[i], row_c[i], row_acc[i], row_fmt[i]) if j == C - 1 else None))
-                a_nxt = Signal(bundle_w, name=f"a_pipe_{i}_{j}")
-                b_nxt = Signal(16, name=f"b_pipe_{i}_{j}")
-                m.d.sync += [a_nxt.eq(a_cur), b_nxt.eq(b_col[j])]
-                a_cur = a_nxt
-                b_col[j] = b_nxt
+                pe = self._place_pe(m, i, j)
+                m.d.comb += [pe.a_bus.eq(a_cur), pe.b_bus.eq(b_col[j])]
+                if cfg.has_fp:
+                    m.d.comb += [pe.fa_bus.eq(fa_cur if fp_pipes else Cat(a_cur[0:8], a_cur[28:30], a_cur[32:40])),
+                                 pe.fb_bus.eq(fb_col[j] if fp_pipes else b_col[j])]
+                if j == C - 1:  # the row's C tag and accumulate flag, latched with its last step
+                    valid, last = a_cur[8], a_cur[10]
+                    pend_c, pend_acc = Signal(16, name=f"row_pend_c_{i}"), Signal(name=f"row_pend_acc_{i}")
+                    with m.If(valid & last):
+                        m.d.sync += [pend_c.eq(a_cur[11:27]), pend_acc.eq(a_cur[27])]
+                    m.d.sync += [row_done[i].eq(pe.last), row_c[i].eq(pend_c), row_acc[i].eq(pend_acc),
+                                 row_fmt[i].eq(pe.fmt)]
+                if cfg.has_fp:
+                    pending.append(pe)
+                else:  # an int8-only chip: the result register one cycle after the last step
+                    with m.If(pe.last):
+                        m.d.sync += res[i][j].eq(pe.isum)
+                a_cur, b_col[j] = pe.a_out, pe.b_out
                 if fp_pipes:
-                    fa_nxt = Signal(18, name=f"fa_pipe_{i}_{j}")
-                    fb_nxt = Signal(16, name=f"fb_pipe_{i}_{j}")
-                    m.d.fp += [fa_nxt.eq(fa_cur), fb_nxt.eq(fb_col[j])]
-                    fa_cur = fa_nxt
-                    fb_col[j] = fb_nxt
-            if self.config.has_fp:
+                    fa_cur, fb_col[j] = pe.fa_out, pe.fb_out
+            if cfg.has_fp:
                 self._finalize_units(m, i, pending, res[i])
 
         # ---- write-back -------------------------------------------------------------------
@@ -358,144 +388,7 @@ class MatrixEngine(wiring.Component):
         m.d.comb += self.busy.eq((occupy != 0) | (drain != 0))
         return m
 
-    # Exponent of the FP block sum's units, 2 - 2*bias - 2*mbits, per format (docs/numerics.md).
-    _UNIT_EXP = {Format.E4M3: 2 - 14 - 6, Format.E5M2: 2 - 30 - 4, Format.E2M1: 2 - 2 - 2}
-
-    def _decode(self, m: Module, code, fmt, tag: str):
-        """(sign, sig, ee, nan, inf) of an operand byte for the FP formats."""
-        daz = Defect.FP8_SUBNORMALS_READ_AS_ZERO in self.defects
-        sign, sig, ee = Signal(name=f"{tag}_s"), Signal(4, name=f"{tag}_sig"), Signal(5, name=f"{tag}_ee")
-        nan, inf = Signal(name=f"{tag}_nan"), Signal(name=f"{tag}_inf")
-        built = self.config.formats
-        with m.Switch(fmt):
-            if "e4m3" in built:
-                with m.Case(Format.E4M3):
-                    e, mnt = code[3:7], code[0:3]
-                    m.d.comb += [sign.eq(code[7]), sig.eq(Cat(mnt, e != 0) & Mux(daz & (e == 0), 0, 0xF)),
-                                 ee.eq(Mux(e == 0, 1, e)), nan.eq(code[0:7] == 0x7F)]
-            if "e5m2" in built:
-                with m.Case(Format.E5M2):
-                    e, mnt = code[2:7], code[0:2]
-                    m.d.comb += [sign.eq(code[7]), sig.eq(Cat(mnt, e != 0) & Mux(daz & (e == 0), 0, 0xF)),
-                                 ee.eq(Mux(e == 0, 1, e)), nan.eq((e == 31) & (mnt != 0)),
-                                 inf.eq((e == 31) & (mnt == 0))]
-            if "e2m1" in built:
-                with m.Case(Format.E2M1):
-                    e, mnt = code[1:3], code[0]
-                    m.d.comb += [sign.eq(code[3]), sig.eq(Cat(mnt, e != 0)), ee.eq(Mux(e == 0, 1, e))]
-        return sign, sig, ee, nan, inf
-
-    def _pe(self, m: Module, i: int, j: int, a_bus, b_bus, fa_bus, fb_bus, res, row_out) -> None:
-        t = f"pe_{i}_{j}"
-        a_code, valid, first, last = a_bus[0:8], a_bus[8], a_bus[9], a_bus[10]
-        c_tag, acc_tag, fmt, bfirst, blast = a_bus[11:27], a_bus[27], a_bus[28:30], a_bus[30], a_bus[31]
-        b_code = b_bus[0:8]
-        unit_bit = a_bus[40]
-
-        # int8 MAC
-        acc = Signal(32, name=f"acc_{i}_{j}")
-        prod = Signal(signed(16), name=f"prod_{i}_{j}")
-        total = Signal(32, name=f"sum_{i}_{j}")
-        pe = i * self.config.cols + j
-        if self.faults:  # a stuck bit in this PE's product or its accumulator's input
-            raw = Signal(16, name=f"{t}_prod_raw")
-            m.d.comb += raw.eq(a_code.as_signed() * b_code.as_signed())
-            m.d.comb += prod.eq(stuck_value(m, raw, self.faults, FaultKind.PE_PRODUCT, pe, f"{t}_prod"))
-            raw_total = Signal(32, name=f"{t}_sum_raw")
-            m.d.comb += raw_total.eq(Mux(first, prod, acc + prod))
-            m.d.comb += total.eq(stuck_value(m, raw_total, self.faults, FaultKind.PE_ACC, pe, f"{t}_acc"))
-        else:
-            m.d.comb += prod.eq(a_code.as_signed() * b_code.as_signed())
-            m.d.comb += total.eq(Mux(first, prod, acc + prod))  # signed extends; truncation wraps
-
-        pend_last = Signal(name=f"{t}_pend_last")
-        pend_int = Signal(32, name=f"{t}_pend_int")
-        pend_fmt = Signal(2, name=f"{t}_pend_fmt")
-        m.d.sync += pend_last.eq(valid & last)
-        with m.If(valid):
-            m.d.sync += acc.eq(total)
-            with m.If(last):
-                m.d.sync += [pend_int.eq(total), pend_fmt.eq(fmt)]
-        if row_out is not None:
-            row_done, row_c, row_acc, row_fmt = row_out
-            pend_c = Signal(16, name=f"{t}_pend_c")
-            pend_acc = Signal(name=f"{t}_pend_acc")
-            with m.If(valid & last):
-                m.d.sync += [pend_c.eq(c_tag), pend_acc.eq(acc_tag)]
-            m.d.sync += [row_done.eq(pend_last), row_c.eq(pend_c), row_acc.eq(pend_acc), row_fmt.eq(pend_fmt)]
-        if not self.config.has_fp:  # an int8-only chip: the result register one cycle after the last step
-            with m.If(pend_last):
-                m.d.sync += res.eq(pend_int)
-            return
-
-        # FP: exact product, and the exact block sum in two parts: products of weight below 2**32
-        # (every E4M3 and E2M1 product) in `lo`, the others (large E5M2 products) in `hi` in units
-        # of 2**32. Each part fits 64 bits (lo < 32 * 225 * 2**31, hi < 32 * 49 * 2**26): the sum
-        # is exact, and no per-step arithmetic is wider than a machine word.
-        # the operand bytes from the FP bundles (see elaborate), the control from the core bundle
-        fa_code, f_fmt, f_sa = fa_bus[0:8], fa_bus[8:10], fa_bus[10:18]
-        fb_code, f_sb = fb_bus[0:8], fb_bus[8:16]
-        sa_s, sa_sig, sa_ee, a_nan, a_inf = self._decode(m, fa_code, f_fmt, f"{t}_a")
-        sb_s, sb_sig, sb_ee, b_nan, b_inf = self._decode(m, fb_code, f_fmt, f"{t}_b")
-        shift = Signal(6, name=f"{t}_shift")
-        m.d.comb += shift.eq(sa_ee + sb_ee - 2)
-        term = Signal(39, name=f"{t}_term")  # sig product (8 bits) << shift mod 32
-        m.d.comb += term.eq((sa_sig * sb_sig) << shift[:5])
-        p_nan = Signal(name=f"{t}_pnan")
-        p_inf = Signal(name=f"{t}_pinf")
-        m.d.comb += [
-            p_nan.eq(a_nan | b_nan | (a_inf & (sb_sig == 0) & ~b_inf) | (b_inf & (sa_sig == 0) & ~a_inf)),
-            p_inf.eq((a_inf | b_inf) & ~p_nan),
-        ]
-        special = p_nan | p_inf
-        pneg = sa_s ^ sb_s
-        tval = Signal(signed(40), name=f"{t}_tval")
-        m.d.comb += tval.eq(Mux(special, 0, Mux(pneg, -term, term)))
-        blk_lo, blk_hi = Signal(signed(_LO_BITS), name=f"{t}_blk_lo"), Signal(signed(_HI_BITS), name=f"{t}_blk_hi")
-        lo_new, hi_new = Signal(signed(_LO_BITS), name=f"{t}_lo_new"), Signal(signed(_HI_BITS), name=f"{t}_hi_new")
-        bnan, bpinf, bninf = Signal(name=f"{t}_bnan"), Signal(name=f"{t}_bpinf"), Signal(name=f"{t}_bninf")
-        nan_new, pinf_new, ninf_new = Signal(name=f"{t}_nan_n"), Signal(name=f"{t}_pinf_n"), Signal(name=f"{t}_ninf_n")
-        m.d.comb += [
-            lo_new.eq(Mux(bfirst, 0, blk_lo) + Mux(shift[5], 0, tval)),
-            hi_new.eq(Mux(bfirst, 0, blk_hi) + Mux(shift[5], tval, 0)),
-            nan_new.eq(Mux(bfirst, 0, bnan) | p_nan),
-            pinf_new.eq(Mux(bfirst, 0, bpinf) | (p_inf & ~pneg)),
-            ninf_new.eq(Mux(bfirst, 0, bninf) | (p_inf & pneg)),
-        ]
-
-        # pending block for the row's finalize stage F1
-        pend = {
-            "lo": Signal(signed(_LO_BITS), name=f"{t}_pend_lo"), "hi": Signal(signed(_HI_BITS), name=f"{t}_pend_hi"),
-            "nan": Signal(name=f"{t}_pend_nan"), "pinf": Signal(name=f"{t}_pend_pinf"),
-            "ninf": Signal(name=f"{t}_pend_ninf"), "scale_nan": Signal(name=f"{t}_pend_snan"),
-            "x": Signal(signed(13), name=f"{t}_pend_x"), "first_blk": Signal(name=f"{t}_pend_fb"),
-            "acc32": Signal(32, name=f"{t}_acc32"),
-        }
-        pend_valid, pend_unit = Signal(name=f"{t}_pend_v"), Signal(name=f"{t}_pend_u")
-        unit = Mux(f_fmt == Format.E4M3, self._UNIT_EXP[Format.E4M3],
-                   Mux(f_fmt == Format.E5M2, self._UNIT_EXP[Format.E5M2], self._UNIT_EXP[Format.E2M1]))
-        m.d[self._fp] += pend_valid.eq(valid & blast & (fmt != Format.INT8))
-        with m.If(valid):
-            m.d.sync += [blk_lo.eq(lo_new), blk_hi.eq(hi_new), bnan.eq(nan_new), bpinf.eq(pinf_new),
-                         bninf.eq(ninf_new)]
-            with m.If(blast):
-                m.d[self._fp] += [
-                    pend["lo"].eq(lo_new), pend["hi"].eq(hi_new), pend["nan"].eq(nan_new),
-                    pend["pinf"].eq(pinf_new), pend["ninf"].eq(ninf_new),
-                    pend["scale_nan"].eq((f_sa == 0xFF) | (f_sb == 0xFF)),
-                    pend["x"].eq(unit + f_sa + f_sb - 254), pend_unit.eq(unit_bit),
-                ]
-        # `first` marks the MATMUL's first step, which is in its first block: latch it at the block
-        # start and carry it to that block's end.
-        first_blk = Signal(name=f"{t}_first_blk")
-        with m.If(valid & bfirst):
-            m.d.sync += first_blk.eq(first)
-        with m.If(valid & blast):
-            m.d[self._fp] += pend["first_blk"].eq(Mux(bfirst, first, first_blk))
-        return {"valid": pend_valid, "unit": pend_unit, "last": pend_last, "fmt": pend_fmt, "int": pend_int,
-                "pend": pend}
-
-    def _finalize_units(self, m: Module, i: int, pending: list[dict], res_row: list) -> None:
+    def _finalize_units(self, m: Module, i: int, pending: list, res_row: list) -> None:
         """F1 of row ``i``: convert a PE's block sum with its scales to fp32 (RNE) and add it to the
         PE's fp32 accumulator (the first block of a MATMUL replaces it).
 
@@ -507,26 +400,28 @@ class MatrixEngine(wiring.Component):
         MATMULs end at least max(ROWS, COLS) cycles apart, docs/chip.md). The timing is that of
         a private F1 in every PE: the unit works in the cycle after the block's last step.
         """
+        # each PE's fp32 accumulator: kept here, beside the units that add into it
+        acc32 = [Signal(32, name=f"acc32_{i}_{j}") for j in range(len(pending))]
+        outs = [[] for _ in pending]  # per PE: (the unit took its block, the unit's result)
         for u in range(2):
             t = f"fin_{i}_{u}"
             sel = [Signal(name=f"{t}_sel{j}") for j in range(len(pending))]
             for j, p in enumerate(pending):
-                m.d.comb += sel[j].eq(p["valid"] & (p["unit"] == u))
-            x = {k: Signal.like(v, name=f"{t}_{k}") for k, v in pending[0]["pend"].items()}
-            for k in x:
-                taken = 0
-                for j, p in enumerate(pending):
-                    taken = taken | Mux(sel[j], p["pend"][k].as_unsigned(), 0)
-                m.d.comb += x[k].eq(taken)
+                m.d.comb += sel[j].eq(p.valid & (p.unit == u))
+            x = {k: Signal.like(getattr(pending[0], k), name=f"{t}_{k}") for k in _PENDING_FIELDS}
+            for k in _PENDING_FIELDS:
+                m.d.comb += x[k].eq(_select(sel, [getattr(p, k).as_unsigned() for p in pending]))
+            x_acc32 = Signal(32, name=f"{t}_acc32")
+            m.d.comb += x_acc32.eq(_select(sel, acc32))
             # The block sum hi * 2**32 + lo as top * 2**32 + bot (bot in [0, 2**32)), then its sign
             # and magnitude mt * 2**32 + mb, all in machine words. Above 2**64 the rounding takes
             # mt alone with mb as sticky (24 bits are kept of at least 33), else the 64-bit
             # magnitude: both give the block sum rounded once.
-            top = Signal(signed(_HI_BITS + 1), name=f"{t}_top")
+            top = Signal(signed(HI_BITS + 1), name=f"{t}_top")
             bot = Signal(32, name=f"{t}_bot")
             m.d.comb += [top.eq(x["hi"] + (x["lo"] >> 32)), bot.eq(x["lo"][:32])]
             neg = Signal(name=f"{t}_neg")
-            mt = Signal(_HI_BITS, name=f"{t}_mt")
+            mt = Signal(HI_BITS, name=f"{t}_mt")
             mb = Signal(32, name=f"{t}_mb")
             m.d.comb += [
                 neg.eq(top < 0),
@@ -547,17 +442,46 @@ class MatrixEngine(wiring.Component):
             with m.Else():
                 m.d.comb += r.eq(conv)
             acc32_new = Signal(32, name=f"{t}_acc32_new")
-            summed = fp32_add(m, x["acc32"], r, name=f"{t}_add")
+            summed = fp32_add(m, x_acc32, r, name=f"{t}_add")
             m.d.comb += acc32_new.eq(Mux(x["first_blk"], r, summed))
-            for j, p in enumerate(pending):
+            for j in range(len(pending)):
                 with m.If(sel[j]):
-                    m.d[self._fp] += p["pend"]["acc32"].eq(acc32_new)
-            pending_out = [(sel[j], acc32_new) for j in range(len(pending))]
-            for j, (s, v) in enumerate(pending_out):
-                pending[j].setdefault("outs", []).append((s, v))
+                    m.d[self._fp] += acc32[j].eq(acc32_new)
+                outs[j].append((sel[j], acc32_new))
         for j, p in enumerate(pending):
-            fp_res = p["pend"]["acc32"]
-            for s, v in p["outs"]:
+            fp_res = acc32[j]
+            for s, v in outs[j]:
                 fp_res = Mux(s, v, fp_res)
-            with m.If(p["last"]):
-                m.d.sync += res_row[j].eq(Mux(p["fmt"] == Format.INT8, p["int"], fp_res))
+            with m.If(p.last):
+                m.d.sync += res_row[j].eq(Mux(p.fmt == Format.INT8, p.isum, fp_res))
+
+    def _place_pe(self, m: Module, i: int, j: int):
+        """PE (i, j): an instance of the shared module, or a submodule of its own. Returns what
+        the engine connects: the PE's ports by name (signals of the instance's connections)."""
+        name = f"pe_{i}_{j}"
+        if not self.shared_pe:
+            pe = ProcessingElement(self.config, self.defects, self._fp, self.faults, i * self.config.cols + j)
+            m.submodules[name] = pe
+            return pe
+        ports = SimpleNamespace()
+        conns = {"i_clk": ClockSignal("sync"), "i_rst": ResetSignal("sync") | self.soft_rst}
+        if self._fp != "sync":
+            conns.update({"i_fp_clk": ClockSignal(self._fp), "i_fp_rst": ResetSignal(self._fp)})
+        for port, member in wiring.Signature(ProcessingElement.members(self.config, self._fp)).members.items():
+            sig = Signal(member.shape, name=f"{name}_{port}")
+            setattr(ports, port, sig)
+            conns[f"{'i' if member.flow == In else 'o'}_{port}"] = sig
+        m.submodules[name] = Instance(PE_MODULE, **conns)
+        return ports
+
+
+# the pending block's fields that a row's finalize unit takes from the PE it serves
+_PENDING_FIELDS = ("lo", "hi", "nan", "pinf", "ninf", "scale_nan", "x", "first_blk")
+
+
+def _select(sel: list, values: list):
+    """The value whose select is high (all of them are one-hot or zero)."""
+    taken = 0
+    for s, v in zip(sel, values):
+        taken = taken | Mux(s, v, 0)
+    return taken

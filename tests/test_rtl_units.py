@@ -11,6 +11,7 @@ message. Override the base seed with ``FIRSTLIGHT_SEED=<n>``; reproduce one case
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import zlib
@@ -436,6 +437,66 @@ def test_engine_busy_covers_writeback():
     _, trace = run_engine(cfg, ops, np.zeros((cfg.acc_depth, cfg.lanes), np.int32), "engine_busy")
     # run_engine already asserts no ACC write happens after busy drops; also bound the latency.
     assert trace["busy_low_cycle"] <= 1 + cfg.min_matmul_cycles + cfg.rows + cfg.cols + 4
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")  # designs only inspected
+def test_a_shared_pe_engine_is_the_engine_with_a_pe_per_position():
+    """A Verilog build's engine instances one converted PE module in every position
+    (``shared_pe``); flattened, it is the same hardware as the engine with a PE submodule per
+    position, cell for cell, soft reset included (both on the gated FP clock, as Verilog builds
+    are)."""
+    from amaranth.hdl import Signal
+
+    from cosim.area import area_of
+    from rtl.pe import PE_MODULE
+
+    from amaranth.hdl import ResetInserter
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In
+
+    class SoftReset(wiring.Component):
+        """The engine as the chip has it: its ports, and a soft reset on its core clock."""
+
+        def __init__(self, shared: bool):
+            self.soft_rst = Signal()
+            self.engine = MatrixEngine(cfg, gated_fp=True, shared_pe=shared, soft_rst=self.soft_rst if shared else None)
+            super().__init__({**self.engine.signature.members, "srst": In(1)})
+
+        def instanced_modules(self):
+            return self.engine.instanced_modules()
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.engine = ResetInserter(self.soft_rst)(self.engine)
+            m.d.comb += self.soft_rst.eq(self.srst)
+            for name, member in self.engine.signature.members.items():
+                inner, outer = getattr(self.engine, name), getattr(self, name)
+                m.d.comb += inner.eq(outer) if member.flow == In else outer.eq(inner)
+            return m
+
+    cfg = ChipConfig(rows=2, cols=2)
+    assert list(SoftReset(True).instanced_modules()) == [PE_MODULE]
+    a, b = area_of(SoftReset(True)), area_of(SoftReset(False))
+    diff = {k: a.cells.get(k, 0) - b.cells.get(k, 0) for k in a.cells.keys() | b.cells.keys()}
+    # the one OR: the instances' reset is the chip's reset or the soft reset, where the flat
+    # engine's ResetInserter folds the soft reset into each register's reset
+    assert a.ff_bits == b.ff_bits and {k: d for k, d in diff.items() if d} == {"$_OR_": 1}
+    gc.collect()  # the designs (in reference cycles) go while the warning filter is on
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")  # designs only inspected
+def test_pe_faults_keep_a_pe_per_position():
+    """An injected PE fault makes its PE differ from the others: that chip does not share one
+    PE module, and the engine refuses to; a fault elsewhere keeps the PE shared."""
+    assert Chip(gated_clocks=True).instanced_modules()
+    assert Chip(gated_clocks=True, faults=("pe:1,2:product:stuck1:bit=3",)).instanced_modules() == {}
+    assert Chip(gated_clocks=True, fault_port=True).instanced_modules() == {}
+    assert not Chip().instanced_modules()  # Amaranth's simulator: a submodule per position
+    chip = Chip(gated_clocks=True, faults=("pe:1,2:product:stuck1:bit=3",))
+    with pytest.raises(ValueError, match="cannot be one shared module"):
+        MatrixEngine(chip.config, faults=chip._fault_views(), gated_fp=True, shared_pe=True, soft_rst=object())
+    del chip
+    gc.collect()  # the designs (in reference cycles) go while the warning filter is on
 
 
 # =============================================================================================
