@@ -32,7 +32,7 @@ from .reduce import ReductionUnit
 from .revisions import Defect
 from .revisions import revision as lookup_revision
 from .trace import TraceBuffer
-from .vector import VectorUnit
+from .vector import LANE_MODULE, VectorLane, VectorUnit
 
 __all__ = ["Chip"]
 
@@ -146,16 +146,20 @@ class Chip(wiring.Component):
             }
         )
         # A Verilog build's engine instances one PE module (rtl/pe.py) in every position, converted
-        # once (cosim/build.py appends it to the chip's Verilog); not where the PEs differ (PE
-        # faults) or in Amaranth's simulator, which takes a PE submodule per position.
+        # once (cosim/build.py appends it to the chip's Verilog), as the vector unit does its lane;
+        # not where the PEs differ (PE faults) or in Amaranth's simulator, which takes a PE
+        # submodule per position.
         self.shared_pe = gated_clocks and MatrixEngine.can_share_pe(self._fault_views())
 
     def instanced_modules(self) -> dict:
         """Module name -> the design of each module the chip instances rather than contains: a
         netlist of the chip (Verilog, an area report) converts each once and appends it."""
-        if not self.shared_pe:
-            return {}
-        return {PE_MODULE: MatrixEngine.shared_pe_design(self.config, self.defects, gated_fp=self.gated_clocks)}
+        mods = {}
+        if self.shared_pe:
+            mods[PE_MODULE] = MatrixEngine.shared_pe_design(self.config, self.defects, gated_fp=self.gated_clocks)
+        if self.config.vector and self.gated_clocks:
+            mods[LANE_MODULE] = VectorLane(self.defects)
+        return mods
 
     def _fault_views(self) -> list:
         """The fault descriptors the units' saboteurs see: the ``--inject`` list as constants, and
@@ -190,7 +194,8 @@ class Chip(wiring.Component):
         m.submodules.cmdproc = ResetInserter(soft_rst)(cmdp)
         m.submodules.dma_load = ResetInserter(soft_rst)(dma_ld)
         m.submodules.dma_store = ResetInserter(soft_rst)(dma_st)
-        vu = VectorUnit(cfg, defects) if cfg.vector else None
+        # a Verilog build's lanes: one module, instanced in every lane (instanced_modules)
+        vu = VectorUnit(cfg, defects, shared_lane=self.gated_clocks) if cfg.vector else None
         if vu is not None and not self.gated_clocks:
             m.submodules.vector = ResetInserter(soft_rst)(vu)
         elif vu is not None:

@@ -12,7 +12,7 @@ docs/numerics.md; ``golden/vector.py`` is its reference.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -23,7 +23,9 @@ from .ports import acc_port_members
 from .revisions import Defect
 from .special import fp32_exp, fp32_recip, fp32_rsqrt
 
-__all__ = ["VectorUnit"]
+__all__ = ["LANE_MODULE", "VectorLane", "VectorUnit"]
+
+LANE_MODULE = "fl_vec_lane"  # the module name of a lane in a Verilog build
 
 
 def _to_int8(m: Module, v, name: str):
@@ -154,6 +156,24 @@ def _lane(m: Module, op: Signal, a, b, name: str, defects: frozenset[Defect] = f
     return out
 
 
+class VectorLane(wiring.Component):
+    """One lane (combinational): ``out`` is ``op`` of ``a`` and ``b``.
+
+    Why a component: the unit repeats it LANES times. A Verilog build converts it once, as
+    :data:`LANE_MODULE`, and instances it in every lane (``VectorUnit(shared_lane=True)``), as
+    the engine does its PE (rtl/pe.py): most of the default chip's elaboration was four copies
+    of this logic."""
+
+    def __init__(self, defects: frozenset[Defect] = frozenset()):
+        self.defects = frozenset(defects)
+        super().__init__({"op": In(4), "a": In(32), "b": In(32), "e5m2": In(1), "out": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.out.eq(_lane(m, self.op, self.a, self.b, "lane", self.defects, self.e5m2))
+        return m
+
+
 class VectorUnit(wiring.Component):
     """Elementwise fp32 operations over consecutive accumulator words.
 
@@ -171,9 +191,11 @@ class VectorUnit(wiring.Component):
         The second read port (operand ``b``); ``acc_rd_*`` reads ``a``.
     """
 
-    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset()):
+    def __init__(self, config: ChipConfig, defects: frozenset[Defect] = frozenset(), shared_lane: bool = False):
         self.config = config
         self.defects = frozenset(defects)
+        # Verilog builds: every lane an instance of LANE_MODULE, converted once (instanced_modules)
+        self.shared_lane = shared_lane
         cw = (config.acc_depth - 1).bit_length()
         super().__init__(
             {
@@ -200,6 +222,21 @@ class VectorUnit(wiring.Component):
                 "op_wr_data": Out(8 * config.lanes),
             }
         )
+
+    def instanced_modules(self) -> dict:
+        """Module name -> design of what this unit instances rather than contains (its lane, when
+        shared): a netlist of it converts each once and appends it."""
+        return {LANE_MODULE: VectorLane(self.defects)} if self.shared_lane else {}
+
+    def _place_lane(self, m: Module, j: int, op, x, y, e5m2):
+        """Lane ``j`` of ``op`` on ``x`` and ``y``: an instance of the shared module, or a submodule."""
+        out = Signal(32, name=f"lane{j}_out")
+        if self.shared_lane:
+            m.submodules[f"lane{j}"] = Instance(LANE_MODULE, i_op=op, i_a=x, i_b=y, i_e5m2=e5m2, o_out=out)
+        else:
+            lane = m.submodules[f"lane{j}"] = VectorLane(self.defects)
+            m.d.comb += [lane.op.eq(op), lane.a.eq(x), lane.b.eq(y), lane.e5m2.eq(e5m2), out.eq(lane.out)]
+        return out
 
     def elaborate(self, platform):
         m = Module()
@@ -245,7 +282,7 @@ class VectorUnit(wiring.Component):
             b_j = Mux(b_form == VecB.SCALAR, scalar, b_word.word_select(j, 32))
             x_j = Mux(fold, res.word_select(j, 32), a_j)
             y_j = Mux(fold, a_j, b_j)
-            outs.append(_lane(m, op, x_j, y_j, f"lane{j}", self.defects, e5m2))
+            outs.append(self._place_lane(m, j, op, x_j, y_j, e5m2))
         to_operand = dst_sram != VecDst.ACC
         with m.If(v1):
             m.d.sync += res.eq(Mux(fold & first1, self.acc_rd_data,

@@ -283,3 +283,17 @@ def test_cvt_f8_matches_golden(fmt):
         bad = np.argwhere(got[at:at + 30] != want)
         assert not len(bad), (f"{fmt} scale {scale:#x}: {len(bad)} differ (FIRSTLIGHT_SEED={SEED}); first (word, "
                               f"lane, a, rtl, golden): {[(int(r), int(c), hex(acc[r, c]), hex(got[at + r, c]), hex(want[r, c])) for r, c in bad[:4]]}")
+
+
+def test_a_shared_lane_unit_is_the_unit_with_a_lane_per_position():
+    """A Verilog build's vector unit instances one converted lane module in every lane
+    (``shared_lane``); flattened, it is the same hardware as the unit with a lane submodule per
+    lane, cell for cell (the lane is combinational: nothing else to connect)."""
+    from cosim.area import area_of
+    from rtl.vector import LANE_MODULE
+
+    cfg = ChipConfig(rows=2, cols=2)
+    shared = VectorUnit(cfg, shared_lane=True)
+    assert list(shared.instanced_modules()) == [LANE_MODULE]
+    a, b = area_of(shared), area_of(VectorUnit(cfg))
+    assert (a.proxy, a.ff_bits, a.cells) == (b.proxy, b.ff_bits, b.cells)
