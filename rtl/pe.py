@@ -4,10 +4,10 @@ exact block sum.
 Why a component of its own: it is the one block the engine repeats ``rows x cols`` times. A
 Verilog build converts it once, as the module :data:`PE_MODULE`, and the engine instances that
 module in every position (``MatrixEngine(shared_pe=True)``), instead of elaborating, converting
-and verilating 16 to 256 copies of the same logic; Verilator then compiles the PE's code once
-(docs/simulation.md, "The PE as one module"). Amaranth's simulator and a build with PE faults
-(whose logic differs per position) take it as a submodule per position; an area report
-flattens the instances.
+and parsing 16 to 256 copies of the same logic (Verilator inlines it again: kept whole, its
+per-instance calls made the model slower; docs/simulation.md, "The PE as one module").
+Amaranth's simulator and a build with PE faults (whose logic differs per position) take it as a
+submodule per position; an area report flattens the instances.
 
 Inputs are the operand bundles as they reach the PE (layouts in rtl/engine.py), passed on to
 the next PE a cycle later (``*_out``). The other outputs are registers, valid one cycle after a

@@ -488,10 +488,17 @@ def test_a_shared_pe_engine_is_the_engine_with_a_pe_per_position():
 def test_pe_faults_keep_a_pe_per_position():
     """An injected PE fault makes its PE differ from the others: that chip does not share one
     PE module, and the engine refuses to; a fault elsewhere keeps the PE shared."""
-    assert Chip(gated_clocks=True).instanced_modules()
-    assert Chip(gated_clocks=True, faults=("pe:1,2:product:stuck1:bit=3",)).instanced_modules() == {}
-    assert Chip(gated_clocks=True, fault_port=True).instanced_modules() == {}
-    assert not Chip().instanced_modules()  # Amaranth's simulator: a submodule per position
+    from rtl.pe import PE_MODULE
+    from rtl.vector import LANE_MODULE
+
+    def shared(**kw):
+        return set(Chip(**kw).instanced_modules())
+
+    assert shared(gated_clocks=True) == {PE_MODULE, LANE_MODULE}
+    assert shared(gated_clocks=True, faults=("csr:MACS_HI:stuck1:bit=0",)) == {PE_MODULE, LANE_MODULE}
+    assert shared(gated_clocks=True, faults=("pe:1,2:product:stuck1:bit=3",)) == {LANE_MODULE}
+    assert shared(gated_clocks=True, fault_port=True) == {LANE_MODULE}  # a campaign may set any fault
+    assert shared() == set()  # Amaranth's simulator: a submodule per position
     chip = Chip(gated_clocks=True, faults=("pe:1,2:product:stuck1:bit=3",))
     with pytest.raises(ValueError, match="cannot be one shared module"):
         MatrixEngine(chip.config, faults=chip._fault_views(), gated_fp=True, shared_pe=True, soft_rst=object())
