@@ -30,7 +30,7 @@ from pathlib import Path
 __all__ = ["AreaReport", "area_of", "FF_WEIGHT"]
 
 FF_WEIGHT = 4  # a flip-flop bit, in gate equivalents
-_SCRIPT = ("read_rtlil design.il; hierarchy -top top; proc; flatten; opt; wreduce; opt_clean; memory_collect; "
+_SCRIPT = ("read_rtlil design.il; hierarchy -check -top top; proc; flatten; opt; wreduce; opt_clean; memory_collect; "
            "opt; simplemap; opt_clean; write_json design.json")
 _ADDERS = {"$add", "$sub", "$neg", "$lt", "$le", "$gt", "$ge", "$eq", "$ne", "$eqx", "$nex", "$alu", "$lcu"}
 _SHIFTS = {"$shl", "$shr", "$sshl", "$sshr", "$shift", "$shiftx"}
@@ -74,7 +74,8 @@ def area_of(component, name: str = "top") -> AreaReport:
 
     t0 = time.perf_counter()
     text = rtlil.convert(component, name="top")
-    # the modules a Verilog build's chip instances (its PE): flatten takes them in
+    # the modules a Verilog build's chip instances (its PE, its vector lane): flatten takes them
+    # in; `hierarchy -check` refuses a design that instances a module it was not given
     instanced = getattr(component, "instanced_modules", dict)()
     text += "".join(rtlil.convert(design, name=mod) for mod, design in instanced.items())
     with tempfile.TemporaryDirectory(prefix="firstlight-area-") as tmp:

@@ -422,10 +422,11 @@ def verilog_key(variant: Variant, rtl_dir: Path | None = None) -> str:
 
 @functools.cache
 def _generator_source() -> str:
-    """The code that turns the elaborated chip into the Verilog file (what it appends and marks)."""
+    """The code that builds the designs (which chip, which DRAM) and turns them into the Verilog
+    file (what it appends and marks): the Verilog depends on it as much as on rtl/."""
     import inspect
 
-    return inspect.getsource(generate_verilog) + inspect.getsource(_inlined)
+    return "".join(inspect.getsource(f) for f in (elaborate, elaborate_dram, generate_verilog, _inlined))
 
 
 def elaborate(variant: Variant):
@@ -457,7 +458,8 @@ def _verilog_problem(out: Path) -> str | None:
 def _inlined(text: str, module: str) -> str:
     """``module``'s Verilog, marked for Verilator to inline into its parents.
 
-    Why: converting the PE once (rtl/pe.py) saves its elaboration and verilation per position,
+    Why: converting the PE (rtl/pe.py) or the vector lane once saves its elaboration and
+    verilation per position,
     but a module Verilator keeps whole gets functions per instance that the scheduler calls
     one by one: the 4x4 FP chip ran a 256^3 GEMM about 15% slower that way. Inlined, the model
     is the flat one it was, and the Verilog (elaborated once per PE design) stays small. The
@@ -507,7 +509,7 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
                             f"formats {'/'.join(cfg.formats)})"):
                 chip = elaborate(variant)
                 text = verilog.convert(chip, name=CHIP_MODULE, emit_src=False)
-                # the modules the chip instances (one PE for every position), converted once each
+                # the modules the chip instances (its PE, its vector lane), converted once each
                 text += "".join(_inlined(verilog.convert(design, name=mod, emit_src=False), mod)
                                 for mod, design in chip.instanced_modules().items())
                 if not variant.external_axi:

@@ -49,6 +49,13 @@ class MatrixEngine(wiring.Component):
     Parameters
     ----------
     config : ChipConfig
+    defects, faults :
+        The revision's defects; fault descriptors (those that may hit a PE are kept).
+    gated_fp : bool
+        The FP finalize stage and the FP operand bytes on the gated "fp" clock (Verilog builds).
+    shared_pe, soft_rst :
+        Every PE an instance of the module PE_MODULE (Verilog builds, no PE faults), reset by
+        the chip's reset or ``soft_rst``; otherwise a PE submodule per position.
 
     Members
     -------
@@ -77,10 +84,11 @@ class MatrixEngine(wiring.Component):
         # the domain of the FP finalize stage's registers
         self._fp = "fp" if config.has_fp and gated_fp else "sync"
         # ``shared_pe`` (Verilog builds): every PE is an instance of the module PE_MODULE, which
-        # the build converts once from :meth:`shared_pe_design`; the instances are reset by the
-        # chip's reset or ``soft_rst`` (the soft reset reaches the engine's own registers through
-        # a ResetInserter, which does not reach into an instance). Otherwise every PE is a
-        # submodule of its own.
+        # the build converts once from :meth:`shared_pe_design`; the instances' core-clock
+        # registers are reset by the chip's reset or ``soft_rst`` (the soft reset reaches the
+        # engine's own registers through a ResetInserter, which does not reach into an
+        # instance), their "fp" registers by the chip's reset alone, as before. Otherwise every
+        # PE is a submodule of its own.
         self.shared_pe = shared_pe
         if shared_pe and self.faults:
             raise ValueError("the PEs cannot be one shared module: fault descriptors may hit a PE")
@@ -242,7 +250,7 @@ class MatrixEngine(wiring.Component):
             # plus a margin). Those registers change only on FP work, so the chip behaves as on
             # the core clock; a simulator evaluates the units' rounding and fp32 adders only on
             # "fp" edges, not on every cycle of an int8 MATMUL. A soft reset does not clear them
-            # (the engine does not see it): a pending block left over fires once into some PE's
+            # (their clock's enable and reset leave it out): a pending block left over fires once into some PE's
             # fp32 accumulator at the next FP MATMUL's first step, and that MATMUL's first block
             # replaces every accumulator before any result is written.
             fp_left = Signal(range(cfg.engine_drain_cycles + 8))

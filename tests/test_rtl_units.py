@@ -440,7 +440,8 @@ def test_engine_busy_covers_writeback():
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")  # designs only inspected
-def test_a_shared_pe_engine_is_the_engine_with_a_pe_per_position():
+@pytest.mark.parametrize("formats", [("int8", "e4m3", "e5m2", "e2m1"), ("int8",)], ids=["fp", "int8"])
+def test_a_shared_pe_engine_is_the_engine_with_a_pe_per_position(formats):
     """A Verilog build's engine instances one converted PE module in every position
     (``shared_pe``); flattened, it is the same hardware as the engine with a PE submodule per
     position, cell for cell, soft reset included (both on the gated FP clock, as Verilog builds
@@ -474,9 +475,14 @@ def test_a_shared_pe_engine_is_the_engine_with_a_pe_per_position():
                 m.d.comb += inner.eq(outer) if member.flow == In else outer.eq(inner)
             return m
 
-    cfg = ChipConfig(rows=2, cols=2)
+    cfg = ChipConfig(rows=2, cols=2, formats=formats)
     assert list(SoftReset(True).instanced_modules()) == [PE_MODULE]
     a, b = area_of(SoftReset(True)), area_of(SoftReset(False))
+    # an area report that was not given the instanced module refuses, rather than counting less
+    unlisted = SoftReset(True)
+    unlisted.instanced_modules = dict
+    with pytest.raises(RuntimeError, match="fl_pe"):
+        area_of(unlisted)
     diff = {k: a.cells.get(k, 0) - b.cells.get(k, 0) for k in a.cells.keys() | b.cells.keys()}
     # the one OR: the instances' reset is the chip's reset or the soft reset, where the flat
     # engine's ResetInserter folds the soft reset into each register's reset
