@@ -459,9 +459,8 @@ def _inlined(text: str, module: str) -> str:
     """``module``'s Verilog, marked for Verilator to inline into its parents.
 
     Why: converting the PE (rtl/pe.py) or the vector lane once saves its elaboration and
-    verilation per position,
-    but a module Verilator keeps whole gets functions per instance that the scheduler calls
-    one by one: the 4x4 FP chip ran a 256^3 GEMM about 15% slower that way. Inlined, the model
+    verilation per position, but a module Verilator keeps whole gets functions per instance
+    that the scheduler calls one by one: the 4x4 FP chip ran a 256^3 GEMM about 15% slower that way. Inlined, the model
     is the flat one it was, and the Verilog (elaborated once per PE design) stays small. The
     mark is a comment in the file, so every build of it (the harness's, the bare reference's)
     gets it; Icarus ignores it."""

@@ -80,7 +80,7 @@ class MatrixEngine(wiring.Component):
         self.gated_fp = gated_fp  # the FP finalize stage on its own gated clock (Verilog builds)
         self.defects = frozenset(defects)
         # fault descriptors (rtl/saboteurs.py) that may hit a PE's product or accumulator bits
-        self.faults = could_be(list(faults), FaultKind.PE_PRODUCT, FaultKind.PE_ACC)
+        self.faults = _pe_faults(faults)
         # the domain of the FP finalize stage's registers
         self._fp = "fp" if config.has_fp and gated_fp else "sync"
         # ``shared_pe`` (Verilog builds): every PE is an instance of the module PE_MODULE, which
@@ -132,7 +132,7 @@ class MatrixEngine(wiring.Component):
     @staticmethod
     def can_share_pe(faults=()) -> bool:
         """Every PE is the same design: no fault descriptor may hit a PE."""
-        return not could_be(list(faults), FaultKind.PE_PRODUCT, FaultKind.PE_ACC)
+        return not _pe_faults(faults)
 
     @staticmethod
     def shared_pe_design(config: ChipConfig, defects=frozenset(), gated_fp: bool = False) -> ProcessingElement:
@@ -481,6 +481,11 @@ class MatrixEngine(wiring.Component):
             conns[f"{'i' if member.flow == In else 'o'}_{port}"] = sig
         m.submodules[name] = Instance(PE_MODULE, **conns)
         return ports
+
+
+def _pe_faults(faults) -> list:
+    """The fault descriptors that may hit a PE's product or accumulator bits."""
+    return could_be(list(faults), FaultKind.PE_PRODUCT, FaultKind.PE_ACC)
 
 
 # the pending block's fields that a row's finalize unit takes from the PE it serves
