@@ -558,11 +558,12 @@ def model_artifact(build_dir: Path, sim: str) -> Path:
     return build_dir / (TB_TOPLEVEL if sim == "verilator" else "sim.vvp")
 
 
-def _runner(sim: SimInfo, main_cpp: Path | None = None, before_make: Callable[[Path], object] | None = None):
+def _runner(sim: SimInfo, main_cpp: Path | None = None,
+            before_make: Callable[[Path, list[str], dict, object], object] | None = None):
     """cocotb's runner for ``sim``, running every command through :func:`run_tracked`; for
     Verilator without --public-flat-rw, with our make flags, with ``main_cpp`` (if given) as
-    the model's main instead of cocotb's, and ``before_make(build folder)`` called between
-    verilation and the C++ build."""
+    the model's main instead of cocotb's, and ``before_make(build folder, make's argv, its
+    environment, the log)`` called between verilation and the C++ build."""
     from cocotb_tools.runner import Icarus, Verilator
 
     class Tracked:
@@ -574,7 +575,7 @@ def _runner(sim: SimInfo, main_cpp: Path | None = None, before_make: Callable[[P
                 argv = [str(c) for c in cmd]
                 step = _STEPS.get(Path(argv[0]).name)
                 if before_make is not None and Path(argv[0]).name == "make":
-                    before_make(Path(cwd))
+                    before_make(Path(cwd), argv, self.env, stdout)
                 with build_step(f"{step} (step {i + 1} of {len(cmds)})") if step else nullcontext():
                     proc = run_tracked(argv, cwd=cwd, env=self.env, stdout=stdout)
                 if proc.returncode != 0:
@@ -738,7 +739,7 @@ def _compile(variant: Variant, sim: str, clock: str, waves: bool, info: SimInfo,
         vlt.write_text(control)
         sources.insert(0, vlt)
     log = build_dir / "build.log"
-    runner = _runner(info, MAIN_CPP if clock == "cpp" else None, runtime.install if runtime is not None else None)
+    runner = _runner(info, MAIN_CPP if clock == "cpp" else None, runtime.make_model_then_install if runtime else None)
     try:
         runner.build(
             sources=sources,
@@ -815,6 +816,16 @@ def runtime_objects(mk_dir: Path) -> list[str]:
     for block in re.finditer(r"^VM_GLOBAL_(?:FAST|SLOW) \+= \\\n((?:[ \t]+\S+ \\\n)*)", text, re.M):
         names += [ln.strip().rstrip("\\").strip() + ".o" for ln in block.group(1).splitlines() if ln.strip()]
     return names
+
+
+def model_targets(mk_dir: Path) -> list[str]:
+    """What a verilated design compiles of its own (no runtime object): the model's archive
+    (``Vtop__ALL.a``) and the objects of the user's C++ (``VM_USER_CLASSES`` in ``Vtop.mk``:
+    our main)."""
+    text = (mk_dir / "Vtop.mk").read_text()
+    block = re.search(r"^VM_USER_CLASSES = \\\n((?:[ \t]+\S+ \\\n)*)", text, re.M)
+    users = [ln.strip().rstrip("\\").strip() + ".o" for ln in block.group(1).splitlines() if ln.strip()] if block else []
+    return ["Vtop__ALL.a", *users]
 
 
 def _dry_run(mk_dir: Path, objects: list[str], make_args: list[str]) -> dict[str, str]:
@@ -905,6 +916,23 @@ class RuntimePrebuild:
             if time.monotonic() - t0 > 1:
                 _log.info("waited %.1f s for the Verilator runtime", time.monotonic() - t0)
         return self._error or (None if self._ready() else "its entry is incomplete or its files do not match")
+
+    def make_model_then_install(self, build_dir: Path, make_argv: list[str], env: dict | None = None,
+                                log=None) -> list[str]:
+        """The runner's hook before the model's make. While the runtime is still compiling (a
+        machine's first build: it takes longer than the elaboration and the verilation it runs
+        beside), compile the model's own objects now, with the runner's very make command and
+        environment and these targets only (:func:`model_targets`), instead of waiting with a core idle; then
+        :meth:`install` the runtime. The runner's make then finds those objects made and links.
+        A failure here is left to that make, which runs the same commands and reports it."""
+        if self._thread is not None and self._thread.is_alive():
+            targets = model_targets(build_dir)
+            with build_step("compiling the model's own C++ while the Verilator runtime compiles"):
+                proc = run_tracked([*make_argv, *targets], cwd=build_dir, env=env, stdout=log)
+            if proc.returncode != 0:
+                _log.info("making %s beside the runtime failed (%s); the model's make will say why",
+                          targets, describe_returncode(proc.returncode))
+        return self.install(build_dir)
 
     def install(self, build_dir: Path) -> list[str]:
         """Wait for the runtime, then copy into ``build_dir`` (verilated, not yet made) the objects

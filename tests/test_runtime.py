@@ -70,3 +70,42 @@ def test_a_damaged_runtime_entry_is_compiled_again(tmp_path, monkeypatch):
     assert again._ready() is False, "a truncated object was trusted"
     assert again.start().wait() is None and obj.stat().st_size == size
     assert runtime()._ready(), "a good entry is used as it is"
+
+
+@pytest.mark.sim
+def test_a_first_build_compiles_the_model_while_the_runtime_still_compiles(tmp_path, monkeypatch):
+    """On a machine's first build the runtime takes longer than the elaboration and verilation it
+    runs beside: the model's own objects are compiled meanwhile, then the runtime is linked in.
+    Here the runtime is held back until the model's own make starts, so that path is taken."""
+    import threading
+
+    require_sim("verilator")
+    from cosim import build
+    from cosim.jobs import run_job
+    from firstlight.jobs.kernels import gemm_job
+
+    monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
+    gate, asked = threading.Event(), []
+    runtime_build, model_targets = build.RuntimePrebuild._build, build.model_targets
+
+    def held_runtime(self):
+        assert gate.wait(60), "the model's own make never started"
+        runtime_build(self)
+
+    def targets(mk_dir):
+        asked.append(model_targets(mk_dir))
+        gate.set()  # the runtime compiles now, beside the model's own make
+        return asked[-1]
+
+    monkeypatch.setattr(build.RuntimePrebuild, "_build", held_runtime)
+    monkeypatch.setattr(build, "model_targets", targets)
+    b = build.build_simulator(build.Variant(config=SMALL_CHIP, revision="B1"))
+    assert asked == [["Vtop__ALL.a", "fl_tb_main.o"]], asked
+    log = (b.build_dir / "build.log").read_text()
+    assert _compiled_runtime(b.build_dir) == [], "the model compiled the runtime it was given"
+    # the model's objects were compiled once, by the make beside the runtime, and then linked
+    for source in ("Vtop___024root__0.cpp", "fl_tb_main.cpp"):
+        compiles = [ln for ln in log.splitlines() if " -c " in ln and ln.rstrip().endswith(source)]
+        assert len(compiles) == 1, (source, log[-3000:])
+    res = run_job(gemm_job, {"m": 9, "n": 6, "k": 21, "seed": 4}, variant=b.variant)
+    assert res.value["passed"], res.value
