@@ -35,6 +35,8 @@ from rtl.memories import MEMORIES
 from .build import (
     _HDL_DIR,
     TB_TOPLEVEL,
+    VERILATOR_CODEGEN_ARGS,
+    VERILATOR_LINT_ARGS,
     VERILATOR_MAKE_ARGS,
     BuildFailed,
     HarnessError,
@@ -59,8 +61,9 @@ __all__ = ["LIMIT_TOP", "LimitBuild", "LimitRun", "ReplayDiverged", "driver_veri
 
 LIMIT_TOP = "fl_limit"
 MAIN_CPP = _HDL_DIR / "fl_limit_main.cpp"
-# The harness's lint waivers without --timing (nothing here is timed: the C++ loop is the clock).
-LIMIT_VERILATOR_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT")
+# The harness's lint waivers and code generation without --timing (nothing here is timed: the
+# C++ loop is the clock).
+LIMIT_VERILATOR_ARGS = (*VERILATOR_LINT_ARGS, *VERILATOR_CODEGEN_ARGS)
 
 
 class ReplayDiverged(HarnessError):
