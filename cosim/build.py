@@ -932,12 +932,16 @@ class RuntimePrebuild:
         :meth:`install` the runtime. The runner's make then finds those objects made and links.
         A failure here is left to that make, which runs the same commands and reports it."""
         if self._thread is not None and self._thread.is_alive():
-            targets = model_targets(build_dir)
-            with build_step("compiling the model's own C++ while the Verilator runtime compiles"):
-                proc = run_tracked([*make_argv, *targets], cwd=build_dir, env=env, stdout=log)
-            if proc.returncode != 0:
-                _log.info("making %s beside the runtime failed (%s); the model's make will say why",
-                          targets, describe_returncode(proc.returncode))
+            try:
+                targets = model_targets(build_dir)
+                with build_step("compiling the model's own C++ while the Verilator runtime compiles"):
+                    proc = run_tracked([*make_argv, *targets], cwd=build_dir, env=env, stdout=log)
+            except OSError as e:  # an unreadable makefile or no make: the runner's make reports it
+                _log.info("making the model beside the runtime failed (%s); the model's make will say why", e)
+            else:
+                if proc.returncode != 0:
+                    _log.info("making %s beside the runtime failed (%s); the model's make will say why",
+                              targets, describe_returncode(proc.returncode))
         return self.install(build_dir)
 
     def install(self, build_dir: Path) -> list[str]:

@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
         woke |= settle_value_callbacks();
         woke |= VerilatedVpi::callCbs(cbAfterDelay);  // the timed callbacks (callTimedCbs)
         woke |= settle_value_callbacks();
-        if (main_time == next_edge) {
+        if (main_time == next_edge && !Verilated::gotFinish()) {  // not an edge the run never evaluates
             top->clk = !top->clk;
             next_edge += half;
             ++edges;
