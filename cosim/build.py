@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -432,7 +433,9 @@ def _generator_source() -> str:
     file (what it appends and marks): the Verilog depends on it as much as on rtl/."""
     import inspect
 
-    return "".join(inspect.getsource(f) for f in (elaborate, elaborate_dram, generate_verilog, _inlined))
+    return "".join([*(inspect.getsource(f) for f in (elaborate, elaborate_dram, generate_verilog, _module_verilog,
+                                                     _inlined, _looped_zero_inits)),
+                    _MEM_INIT.pattern, _MEM_WORD.pattern])
 
 
 def elaborate(variant: Variant):
@@ -461,6 +464,34 @@ def _verilog_problem(out: Path) -> str | None:
     return _mismatch(out, _read_json(out.parent / "manifest.json"))
 
 
+def _module_verilog(design, name: str) -> str:
+    """The Verilog of a module the chip instances (its PE, its vector lane), with the clock and
+    reset ports of the design's ``clock_domains`` (if it has that attribute) in that order.
+
+    Why: converted alone, a design gets a clock and a reset port for every clock domain it uses
+    without defining it, in the order Amaranth finds them, which is a set's and so follows the
+    process's string-hash seed. The FP chip's PE (domains ``sync`` and ``fp``) listed
+    ``clk, rst, fp_clk, fp_rst`` in one process and ``fp_clk, fp_rst, clk, rst`` in another: the
+    same chip gave two Verilog files, two simulator cache keys, and a needless rebuild. Here
+    the domains are defined before the conversion and their ports listed in a fixed order."""
+    from amaranth.back import verilog
+    from amaranth.hdl import ClockDomain, Fragment, Value
+
+    domains = getattr(design, "clock_domains", ())
+    if not domains:
+        return verilog.convert(design, name=name, emit_src=False)
+    fragment = Fragment.get(design, None)
+    # the signature's members as Amaranth's own convert() names them; directions from use
+    ports = [("__".join(map(str, path)), Value.cast(value), None)
+             for path, _member, value in design.signature.flatten(design)]
+    for domain in domains:
+        cd = ClockDomain(domain)
+        fragment.add_domains(cd)
+        ports += [(cd.clk.name, cd.clk, None), (cd.rst.name, cd.rst, None)]
+    text, _names = verilog.convert_fragment(fragment, ports, name=name, emit_src=False)
+    return text
+
+
 def _inlined(text: str, module: str) -> str:
     """``module``'s Verilog, marked for Verilator to inline into its parents.
 
@@ -474,6 +505,44 @@ def _inlined(text: str, module: str) -> str:
     if header is None:
         raise BuildFailed(f"the converted Verilog has no module {module} header to mark")
     return text[:header.end()] + "  /*verilator inline_module*/\n" + text[header.end():]
+
+
+# A memory's initial contents as Yosys writes them: one statement per word, under the array.
+_MEM_INIT = re.compile(
+    r"^(?P<ind> *)reg \[(?P<msb>\d+):0\] (?P<name>\S+ ?) \[(?P<last>\d+):0\];\n"
+    r"(?P=ind)initial begin\n(?P<body>(?:(?P=ind)  .*\n)*?)(?P=ind)end\n", re.M)
+_MEM_WORD = re.compile(r" *(?P<name>\S+ ?)\[(?P<addr>\d+)\] = \d+'[hd]0+;")
+
+
+def _looped_zero_inits(text: str) -> str:
+    """``text`` with every memory whose initial words are all zero initialised by one loop.
+
+    Why: Amaranth gives every memory initial contents (zeros unless told otherwise) and Yosys
+    writes them one statement per word: 4,880 statements for the default chip's SRAMs and
+    FIFOs, a fifth of its Verilog. Verilator turns each into a line of C++ in the model's
+    start-up code, which it verilates and g++ compiles on every first build (docs/simulation.md,
+    "Memory initial contents"). A loop sets the same words to the same zeros at the same time
+    (an ``initial`` block), and Verilator keeps it a loop. A memory with any non-zero word, or
+    not written in the form above, is left as it is."""
+    count = 0
+
+    def loop(m: re.Match) -> str:
+        nonlocal count
+        depth, name = int(m["last"]) + 1, m["name"]
+        words = m["body"].splitlines()
+        if len(words) != depth:
+            return m[0]
+        for addr, line in enumerate(words):
+            w = _MEM_WORD.fullmatch(line)
+            if w is None or w["name"].rstrip() != name.rstrip() or int(w["addr"]) != addr:
+                return m[0]
+        count += 1
+        i, ind = f"fl_meminit_{count}", m["ind"]
+        return (f"{ind}reg [{m['msb']}:0] {name} [{m['last']}:0];\n"
+                f"{ind}integer {i};\n"
+                f"{ind}initial for ({i} = 0; {i} < {depth}; {i} = {i} + 1) {name}[{i}] = {int(m['msb']) + 1}'h0;\n")
+
+    return _MEM_INIT.sub(loop, text)
 
 
 def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
@@ -513,12 +582,19 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
             with build_step(f"elaborating the chip into Verilog ({cfg.rows}x{cfg.cols}, revision {variant.revision}, "
                             f"formats {'/'.join(cfg.formats)})"):
                 chip = elaborate(variant)
-                text = verilog.convert(chip, name=CHIP_MODULE, emit_src=False)
-                # the modules the chip instances (its PE, its vector lane), converted once each
-                text += "".join(_inlined(verilog.convert(design, name=mod, emit_src=False), mod)
-                                for mod, design in chip.instanced_modules().items())
-                if not variant.external_axi:
-                    text += verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False) + array_verilog()
+                # The modules the chip instances (its PE, its vector lane) and the board's DRAM,
+                # converted once each beside the chip: each conversion ends in a Yosys process,
+                # which runs on the other core while this thread builds the chip's netlist.
+                with ThreadPoolExecutor(max_workers=2, thread_name_prefix="firstlight-verilog") as pool:
+                    parts = [pool.submit(lambda mod=mod, design=design:
+                                         _inlined(_module_verilog(design, mod), mod))
+                             for mod, design in chip.instanced_modules().items()]
+                    if not variant.external_axi:
+                        parts.append(pool.submit(lambda: verilog.convert(elaborate_dram(variant), name=DRAM_MODULE,
+                                                                         emit_src=False) + array_verilog()))
+                    text = verilog.convert(chip, name=CHIP_MODULE, emit_src=False)
+                    text += "".join(part.result() for part in parts)
+                text = _looped_zero_inits(text)
         except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
             raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
         tmp = out.with_suffix(".tmp")

@@ -80,6 +80,13 @@ class ProcessingElement(wiring.Component):
         members = self.members(config, fp_domain)
         super().__init__(members)
 
+    @property
+    def clock_domains(self) -> tuple[str, ...]:
+        """The clock domains the PE is clocked by, in the order a module of it lists their clock
+        and reset ports (``cosim/build.py`` defines them in this order when it converts the PE
+        alone; left to Amaranth, the order would be a set's, which changes between processes)."""
+        return ("sync", self.fp_domain) if self.fp_pipes else ("sync",)
+
     @staticmethod
     def members(config: ChipConfig, fp_domain: str) -> dict:
         """The PE's ports (what an instance of the shared module connects)."""

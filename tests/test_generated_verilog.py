@@ -1,0 +1,125 @@
+"""The Verilog the build writes from the Amaranth chip: what it changes in Yosys's output still
+means what Amaranth said (checked on Icarus, which leaves an uninitialised word X where Verilator
+would show a zero)."""
+from __future__ import annotations
+
+import subprocess
+
+from amaranth import Elaboratable, Module, Signal
+from amaranth.back import verilog
+from amaranth.lib.memory import Memory
+
+from conftest import require_sim
+
+ZERO_DEPTH, ZERO_WIDTH = 40, 72
+SET_INIT = [5, 0, 7, 0]
+
+
+class TwoMemories(Elaboratable):
+    """A memory that starts all zero and one that does not, each read combinationally."""
+
+    def __init__(self):
+        self.addr = Signal(range(ZERO_DEPTH))
+        self.zero_data = Signal(ZERO_WIDTH)
+        self.set_data = Signal(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.zeros = zeros = Memory(shape=ZERO_WIDTH, depth=ZERO_DEPTH, init=[])
+        m.submodules.set = kept = Memory(shape=8, depth=len(SET_INIT), init=SET_INIT)
+        rz, rs = zeros.read_port(domain="comb"), kept.read_port(domain="comb")
+        w = zeros.write_port()  # a written memory, as the chip's SRAMs are (else Yosys folds it away)
+        m.d.comb += [rz.addr.eq(self.addr), self.zero_data.eq(rz.data),
+                     rs.addr.eq(self.addr[:2]), self.set_data.eq(rs.data),
+                     w.addr.eq(self.addr), w.data.eq(0), w.en.eq(0)]
+        return m
+
+
+TB = f"""
+module tb;
+  reg clk = 0;
+  reg [5:0] addr;
+  wire [{ZERO_WIDTH - 1}:0] zero_data;
+  wire [7:0] set_data;
+  top dut(.clk(clk), .rst(1'b0), .addr(addr), .zero_data(zero_data), .set_data(set_data));
+  integer a;
+  initial begin
+    #1;
+    for (a = 0; a < {ZERO_DEPTH}; a = a + 1) begin
+      addr = a; #1; $display("%0d %h %h", a, zero_data, set_data);
+    end
+    $finish;
+  end
+endmodule
+"""
+
+
+def _converted() -> str:
+    d = TwoMemories()
+    return verilog.convert(d, name="top", ports=[d.addr, d.zero_data, d.set_data], emit_src=False)
+
+
+def test_an_all_zero_memory_is_initialised_by_one_loop_and_others_are_left_alone():
+    from cosim.build import _looped_zero_inits
+
+    text = _converted()
+    out = _looped_zero_inits(text)
+    word = f"] = {ZERO_WIDTH}'h{'0' * (ZERO_WIDTH // 4)};"
+    assert text.count(word) == ZERO_DEPTH, text  # as Yosys writes it: a statement per word
+    assert out.count(word) == 0, out
+    assert out.count("initial for (fl_meminit_1 = 0; fl_meminit_1 < 40;") == 1, out
+    assert "fl_meminit_2" not in out, "the memory with non-zero words was rewritten"
+    assert "'h05;" in out or "'d5;" in out, "the memory with non-zero words lost them"
+    assert len(out) < len(text)
+
+
+def test_the_looped_memory_reads_zero_on_icarus(tmp_path):
+    """Every word of the looped memory reads 0 (not X), the other memory its own words."""
+    require_sim("icarus")
+    from cosim.build import _looped_zero_inits
+
+    (tmp_path / "top.v").write_text(_looped_zero_inits(_converted()))
+    (tmp_path / "tb.v").write_text(TB)
+    subprocess.run(["iverilog", "-o", "sim.vvp", "-s", "tb", "top.v", "tb.v"], cwd=tmp_path, check=True,
+                   capture_output=True, text=True)
+    run = subprocess.run(["vvp", "-n", "sim.vvp"], cwd=tmp_path, check=True, capture_output=True, text=True)
+    rows = [ln.split() for ln in run.stdout.splitlines() if ln and ln[0].isdigit()]
+    assert len(rows) == ZERO_DEPTH, run.stdout
+    for a, zero, kept in rows:
+        assert int(zero, 16) == 0 and "x" not in zero.lower(), (a, zero)
+        assert int(kept, 16) == SET_INIT[int(a) % len(SET_INIT)], (a, kept)
+
+
+# Two hash seeds under which a set of the names "sync" and "fp" iterates in opposite orders.
+OPPOSITE_SEEDS = ("1", "2")
+
+GENERATE = """
+import sys
+from cosim.build import Variant, generate_verilog
+from rtl.config import ChipConfig
+config = ChipConfig(rows=2, cols=2, operand_depth=64, acc_depth=64, cmdq_depth=64, vector=False)
+path, _, _ = generate_verilog(Variant(config=config, revision="B1"))
+sys.stdout.write(str(path))
+"""
+
+
+def test_the_verilog_is_the_same_whatever_the_hash_seed(tmp_path):
+    """The simulator build is cached by the Verilog's hash: Verilog that depends on a process's
+    string-hash seed (Python's set order) would rebuild a chip that did not change. The FP chip's
+    PE, converted alone with a clock domain per path, once listed its clock ports in set order."""
+    import os
+    import sys
+
+    orders = {seed: subprocess.run([sys.executable, "-c", "print(list({'sync', 'fp'}))"], check=True, text=True,
+                                   capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+              for seed in OPPOSITE_SEEDS}
+    assert len(set(orders.values())) == 2, f"these seeds no longer give opposite set orders: {orders}"
+    texts = []
+    for seed in OPPOSITE_SEEDS:
+        env = {**os.environ, "PYTHONHASHSEED": seed, "FIRSTLIGHT_CACHE": str(tmp_path / f"seed{seed}")}
+        run = subprocess.run([sys.executable, "-c", GENERATE], env=env, check=True, text=True, capture_output=True)
+        texts.append(open(run.stdout.strip()).read())
+    assert "module fl_pe(" in texts[0] and "fp_clk" in texts[0], "the chip no longer has a PE module with an FP clock"
+    if texts[0] != texts[1]:
+        diff = [(a, b) for a, b in zip(texts[0].splitlines(), texts[1].splitlines()) if a != b]
+        raise AssertionError(f"the Verilog differs between hash seeds {OPPOSITE_SEEDS}: {diff[:3]}")
