@@ -41,7 +41,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -582,18 +581,12 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
             with build_step(f"elaborating the chip into Verilog ({cfg.rows}x{cfg.cols}, revision {variant.revision}, "
                             f"formats {'/'.join(cfg.formats)})"):
                 chip = elaborate(variant)
-                # The modules the chip instances (its PE, its vector lane) and the board's DRAM,
-                # converted once each beside the chip: each conversion ends in a Yosys process,
-                # which runs on the other core while this thread builds the chip's netlist.
-                with ThreadPoolExecutor(max_workers=2, thread_name_prefix="firstlight-verilog") as pool:
-                    parts = [pool.submit(lambda mod=mod, design=design:
-                                         _inlined(_module_verilog(design, mod), mod))
-                             for mod, design in chip.instanced_modules().items()]
-                    if not variant.external_axi:
-                        parts.append(pool.submit(lambda: verilog.convert(elaborate_dram(variant), name=DRAM_MODULE,
-                                                                         emit_src=False) + array_verilog()))
-                    text = verilog.convert(chip, name=CHIP_MODULE, emit_src=False)
-                    text += "".join(part.result() for part in parts)
+                text = verilog.convert(chip, name=CHIP_MODULE, emit_src=False)
+                # the modules the chip instances (its PE, its vector lane), converted once each
+                text += "".join(_inlined(_module_verilog(design, mod), mod)
+                                for mod, design in chip.instanced_modules().items())
+                if not variant.external_axi:
+                    text += verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False) + array_verilog()
                 text = _looped_zero_inits(text)
         except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
             raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
