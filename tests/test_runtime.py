@@ -1,6 +1,7 @@
 """The Verilator runtime compiled once and shared by models (RuntimePrebuild in cosim/build.py): a model built
 after it links its objects instead of compiling them, runs, and gets none of them when its own
-makefile would compile them with other commands; a damaged entry is compiled again."""
+makefile would compile them with other commands; a damaged entry is compiled again. And how the
+model's own C++ is made: beside the runtime on a first build, its start-up code as one file."""
 
 import logging
 import re
@@ -116,3 +117,35 @@ def test_a_first_build_compiles_the_model_while_the_runtime_still_compiles(tmp_p
         assert makes[0] < compiles[0] < makes[1], (source, compiles, makes)
     res = run_job(gemm_job, {"m": 9, "n": 6, "k": 21, "seed": 4}, variant=b.variant)
     assert res.value["passed"], res.value
+
+
+@pytest.mark.sim
+def test_the_models_slow_files_compile_as_one_unit_without_a_header_of_their_own():
+    """cosim/hdl/fl_model.mk: every file Verilator lists as slow is in Vtop__fl_slow.cpp, which
+    is compiled once; no slow file is compiled alone and no precompiled header is built for them.
+    The model this build made runs (every simulation test uses it too)."""
+    require_sim("verilator")
+    from cosim.build import Variant, build_simulator
+    from cosim.jobs import run_job
+    from firstlight.jobs.kernels import gemm_job
+
+    b = build_simulator(Variant(config=SMALL_CHIP, revision="B1"))
+    classes = (b.build_dir / "Vtop_classes.mk").read_text()
+    slow = re.findall(r"^[ \t]+(\S+__Slow) \\$", classes, re.M)
+    assert len(slow) >= 2, classes
+    unity = (b.build_dir / "Vtop__fl_slow.cpp").read_text()
+    assert sorted(re.findall(r'^#include "(\S+)\.cpp"$', unity, re.M)) == sorted(slow), unity
+    compiled = [ln.split()[-1] for ln in (b.build_dir / "build.log").read_text().splitlines()
+                if " -c " in ln or "-x c++-header" in ln]
+    assert "Vtop__fl_slow.cpp" in compiled, compiled
+    assert not [c for c in compiled if c.endswith("__Slow.cpp") or c.endswith(".slow.gch")], compiled
+    res = run_job(gemm_job, {"m": 5, "n": 7, "k": 9, "seed": 3}, variant=b.variant)
+    assert res.value["passed"], res.value
+
+
+def test_a_verilator_makefile_without_the_slow_lists_is_a_clear_build_error(tmp_path):
+    from cosim.build import BuildFailed, write_slow_unity
+
+    (tmp_path / "Vtop_classes.mk").write_text("VM_CLASSES_FAST += \\\n  Vtop \\\n")
+    with pytest.raises(BuildFailed, match="no VM_CLASSES_SLOW list"):
+        write_slow_unity(tmp_path)
