@@ -479,19 +479,24 @@ def _module_verilog(design, name: str) -> str:
     the domains are defined before the conversion and their ports listed in a fixed order."""
     from amaranth.back import verilog
     from amaranth.hdl import ClockDomain, Fragment, Value
+    from amaranth.hdl._ir import PortDirection  # the enum Amaranth's own convert() uses (amaranth<0.6)
+    from amaranth.lib.wiring import In
 
     domains = getattr(design, "clock_domains", ())
     if not domains:
         return verilog.convert(design, name=name, emit_src=False)
     fragment = Fragment.get(design, None)
-    # the signature's members as Amaranth's own convert() names them; directions from use
-    ports = [("__".join(map(str, path)), Value.cast(value), None)
-             for path, _member, value in design.signature.flatten(design)]
+    # the signature's members as Amaranth's own convert() names and directs them
+    ports = [("__".join(map(str, path)), Value.cast(value),
+              PortDirection.Input if member.flow == In else PortDirection.Output)
+             for path, member, value in design.signature.flatten(design)]
     for domain in domains:
         cd = ClockDomain(domain)
         fragment.add_domains(cd)
-        ports += [(cd.clk.name, cd.clk, None), (cd.rst.name, cd.rst, None)]
-    text, _names = verilog.convert_fragment(fragment, ports, name=name, emit_src=False)
+        ports += [(cd.clk.name, cd.clk, PortDirection.Input), (cd.rst.name, cd.rst, PortDirection.Input)]
+    # a domain the design uses but does not list is an error, not a port in set order again
+    text, _names = verilog.convert_fragment(fragment, ports, name=name, emit_src=False,
+                                            missing_domain=lambda _name: None)
     return text
 
 
@@ -703,7 +708,6 @@ def write_slow_unity(mk_dir: Path) -> Path:
     return out
 
 
-@functools.cache
 def _slow_unity_inputs() -> str:
     """What the model's make reads besides the verilated folder: ``fl_model.mk``, the arguments
     that bring it in, and the code that writes the file it compiles (in the build's cache key)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from amaranth import Elaboratable, Module, Signal
 from amaranth.back import verilog
 from amaranth.lib.memory import Memory
@@ -123,3 +125,52 @@ def test_the_verilog_is_the_same_whatever_the_hash_seed(tmp_path):
     if texts[0] != texts[1]:
         diff = [(a, b) for a, b in zip(texts[0].splitlines(), texts[1].splitlines()) if a != b]
         raise AssertionError(f"the Verilog differs between hash seeds {OPPOSITE_SEEDS}: {diff[:3]}")
+
+
+def test_an_escaped_memory_name_is_looped_and_a_partial_or_offset_one_is_not():
+    from cosim.build import _looped_zero_inits
+
+    escaped = ("  reg [7:0] \\mem$1  [2:0];\n  initial begin\n"
+               + "".join(f"    \\mem$1 [{i}] = 8'h00;\n" for i in range(3)) + "  end\n")
+    assert _looped_zero_inits(escaped) == ("  reg [7:0] \\mem$1  [2:0];\n  integer fl_meminit_1;\n"
+                                           "  initial for (fl_meminit_1 = 0; fl_meminit_1 < 3; fl_meminit_1 = "
+                                           "fl_meminit_1 + 1) \\mem$1 [fl_meminit_1] = 8'h0;\n")
+    short = escaped.replace("    \\mem$1 [2] = 8'h00;\n", "")  # a word left out: not every word is set
+    assert _looped_zero_inits(short) == short
+    offset = escaped.replace("[2:0];", "[3:1];")  # words 1..3, written as 0..2: not this form
+    assert _looped_zero_inits(offset) == offset
+
+
+def test_the_pe_module_ports_are_directed_as_its_signature_and_its_clocks_are_inputs():
+    """The PE converted alone (the FP chip's, with the gated FP clock): every member an input or
+    output as its signature says, then clk, rst, fp_clk, fp_rst as inputs, in that order."""
+    import re
+
+    from amaranth.lib.wiring import In
+
+    from cosim.build import _module_verilog
+    from rtl.config import ChipConfig
+    from rtl.pe import ProcessingElement
+
+    pe = ProcessingElement(ChipConfig(), fp_domain="fp")
+    text = _module_verilog(pe, "fl_pe")
+    declared = dict((name, kind) for kind, name in re.findall(r"^\s*(input|output)\s+(?:\[[^]]*\]\s*)?(\S+);", text, re.M))
+    for path, member, _value in pe.signature.flatten(pe):
+        name = "__".join(map(str, path))
+        assert declared.get(name) == ("input" if member.flow == In else "output"), (name, declared.get(name))
+    header = re.search(r"^module fl_pe\((.*?)\);", text, re.M | re.S).group(1)
+    clocks = [p.strip() for p in header.split(",") if p.strip() in ("clk", "rst", "fp_clk", "fp_rst")]
+    assert clocks == ["clk", "rst", "fp_clk", "fp_rst"], header
+    assert all(declared[c] == "input" for c in clocks), declared
+
+
+def test_a_clock_domain_the_design_uses_but_does_not_list_is_an_error():
+    from cosim.build import _module_verilog
+    from rtl.config import ChipConfig
+    from rtl.pe import ProcessingElement
+
+    class Forgetful(ProcessingElement):
+        clock_domains = ("sync",)  # the FP pipes run on "fp" too
+
+    with pytest.raises(Exception, match="Domain 'fp' is used but not defined"):
+        _module_verilog(Forgetful(ChipConfig(), fp_domain="fp"), "fl_pe")
