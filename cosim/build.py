@@ -658,10 +658,11 @@ def _runner(sim: SimInfo, main_cpp: Path | None = None,
                 self.log.info("Running command %s in directory %s", " ".join(map(str, cmd)), cwd)
                 argv = [str(c) for c in cmd]
                 step = _STEPS.get(Path(argv[0]).name)
-                if sim.name == "verilator" and Path(argv[0]).name == "make":
-                    write_slow_unity(Path(cwd))
-                if before_make is not None and Path(argv[0]).name == "make":
-                    before_make(Path(cwd), argv, self.env, stdout)
+                if Path(argv[0]).name == "make":
+                    if sim.name == "verilator":  # the file SLOW_UNITY_MAKE_ARGS has the make compile
+                        write_slow_unity(Path(cwd))
+                    if before_make is not None:
+                        before_make(Path(cwd), argv, self.env, stdout)
                 with build_step(f"{step} (step {i + 1} of {len(cmds)})") if step else nullcontext():
                     proc = run_tracked(argv, cwd=cwd, env=self.env, stdout=stdout)
                 if proc.returncode != 0:
@@ -697,11 +698,11 @@ def write_slow_unity(mk_dir: Path) -> Path:
     text = (mk_dir / "Vtop_classes.mk").read_text()
     names = []
     for var in ("VM_CLASSES_SLOW", "VM_SUPPORT_SLOW"):
-        block = re.search(rf"^{var} \+= \\\n((?:[ \t]+\S+ \\\n)*)", text, re.M)
-        if block is None:
+        listed = makefile_list(text, var)
+        if listed is None:
             raise BuildFailed(f"{mk_dir / 'Vtop_classes.mk'} has no {var} list: this Verilator writes its makefiles "
                               "differently from the one cosim/hdl/fl_model.mk was written for")
-        names += [ln.strip().rstrip("\\").strip() for ln in block.group(1).splitlines() if ln.strip()]
+        names += listed
     out = mk_dir / "Vtop__fl_slow.cpp"
     out.write_text("// Verilator's slow files as one translation unit (cosim/hdl/fl_model.mk)\n"
                    + "".join(f'#include "{name}.cpp"\n' for name in names))
@@ -713,7 +714,8 @@ def _slow_unity_inputs() -> str:
     that bring it in, and the code that writes the file it compiles (in the build's cache key)."""
     import inspect
 
-    return SLOW_UNITY_MK.read_text() + json.dumps(SLOW_UNITY_MAKE_ARGS[2:]) + inspect.getsource(write_slow_unity)
+    return (SLOW_UNITY_MK.read_text() + json.dumps(SLOW_UNITY_MAKE_ARGS[2:]) + inspect.getsource(write_slow_unity)
+            + inspect.getsource(makefile_list))
 
 
 def objcache_args() -> list[str]:
@@ -935,10 +937,15 @@ def model_targets(mk_dir: Path) -> list[str]:
     """What a verilated design compiles of its own (no runtime object): the model's archive
     (``Vtop__ALL.a``) and the objects of the user's C++ (``VM_USER_CLASSES`` in ``Vtop.mk``:
     our main)."""
-    text = (mk_dir / "Vtop.mk").read_text()
-    block = re.search(r"^VM_USER_CLASSES = \\\n((?:[ \t]+\S+ \\\n)*)", text, re.M)
-    users = [ln.strip().rstrip("\\").strip() + ".o" for ln in block.group(1).splitlines() if ln.strip()] if block else []
-    return ["Vtop__ALL.a", *users]
+    users = makefile_list((mk_dir / "Vtop.mk").read_text(), "VM_USER_CLASSES") or []
+    return ["Vtop__ALL.a", *(f"{name}.o" for name in users)]
+
+
+def makefile_list(text: str, var: str) -> list[str] | None:
+    """The names of a list Verilator writes into its makefiles one per line
+    (``VAR = \\`` or ``VAR += \\``, then ``  name \\`` lines); None if ``text`` has no such list."""
+    block = re.search(rf"^{var} \+?= \\\n((?:[ \t]+\S+ \\\n)*)", text, re.M)
+    return None if block is None else [ln.strip().rstrip("\\").strip() for ln in block.group(1).splitlines() if ln.strip()]
 
 
 def _dry_run(mk_dir: Path, objects: list[str], make_args: list[str]) -> dict[str, str]:
