@@ -1,3 +1,5 @@
+# amaranth: UnusedElaboratable=no
+# (instanced_verilog builds a chip only to ask it which modules it instances: not a forgotten design)
 """Verilog generation and simulator builds, cached by content hash and built once per variant.
 
 Cache levels under one folder (``$FIRSTLIGHT_CACHE`` or ``~/.cache/firstlight``):
@@ -219,19 +221,23 @@ def _die_with_parent() -> None:
             pass
 
 
-def run_tracked(cmd: list[str], *, cwd, env: dict | None = None, stdout=None) -> subprocess.Popen:
-    """Run a compiler or simulator to its end in its own session; return the finished process
-    (``returncode``, ``pid``).
+def start_tracked(cmd: list[str], *, cwd, env: dict | None = None, stdout=None) -> subprocess.Popen:
+    """Start a compiler, simulator or helper process in its own session, registered for
+    :func:`stop_children` until :func:`finish_tracked` has waited for it.
 
     Its own session keeps the terminal's Ctrl-C for the harness, which then stops it through
-    :func:`stop_children` (it is registered meanwhile). If this thread is interrupted while it
-    waits, the process is stopped before the exception goes on.
-    """
+    :func:`stop_children`."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout,
                             stderr=None if stdout is None else subprocess.STDOUT, start_new_session=True,
                             preexec_fn=_die_with_parent)
     with _CHILDREN_LOCK:
         _CHILDREN[proc.pid] = proc
+    return proc
+
+
+def finish_tracked(proc: subprocess.Popen) -> subprocess.Popen:
+    """Wait for a :func:`start_tracked` process to end and return it (``returncode``). If this
+    thread is interrupted while it waits, the process is stopped before the exception goes on."""
     try:
         proc.wait()
         return proc
@@ -241,6 +247,12 @@ def run_tracked(cmd: list[str], *, cwd, env: dict | None = None, stdout=None) ->
     finally:
         with _CHILDREN_LOCK:
             _CHILDREN.pop(proc.pid, None)
+
+
+def run_tracked(cmd: list[str], *, cwd, env: dict | None = None, stdout=None) -> subprocess.Popen:
+    """Run a compiler or simulator to its end (:func:`start_tracked`, :func:`finish_tracked`);
+    return the finished process (``returncode``, ``pid``)."""
+    return finish_tracked(start_tracked(cmd, cwd=cwd, env=env, stdout=stdout))
 
 
 def running_children() -> list[int]:
@@ -436,8 +448,9 @@ def _generator_source() -> str:
     file (what it appends and marks): the Verilog depends on it as much as on rtl/."""
     import inspect
 
-    return "".join([*(inspect.getsource(f) for f in (elaborate, elaborate_dram, generate_verilog, _module_verilog,
-                                                     _inlined, _looped_zero_inits)),
+    return "".join([*(inspect.getsource(f) for f in (elaborate, elaborate_dram, generate_verilog, instanced_verilog,
+                                                     ConvertBeside.child, _module_verilog, _inlined,
+                                                     _looped_zero_inits)),
                     _MEM_INIT.pattern, _MEM_WORD.pattern])
 
 
@@ -553,6 +566,77 @@ def _looped_zero_inits(text: str) -> str:
     return _MEM_INIT.sub(loop, text)
 
 
+def instanced_verilog(variant: Variant) -> str:
+    """The Verilog that follows the chip's own in fl_chip.v: each module the chip instances (its
+    PE, its vector lane) converted once and marked for inlining, and the board's DRAM model."""
+    from amaranth.back import verilog
+
+    from rtl.dram_array import array_verilog
+
+    chip = elaborate(variant)
+    text = "".join(_inlined(_module_verilog(design, mod), mod) for mod, design in chip.instanced_modules().items())
+    if not variant.external_axi:
+        text += verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False) + array_verilog()
+    return text
+
+
+class ConvertBeside:
+    """:func:`instanced_verilog` of a variant, made by a second Python process that starts now,
+    while this one converts the chip itself.
+
+    Why: the default chip's Verilog took 6 s of one core, the other one idle (when the Verilator
+    runtime is already compiled): about 4 s for the chip, 1.3 s for its PE, its lane and the
+    DRAM. Threads cannot share that work (the conversion holds Python's GIL: tried, no gain,
+    docs/simulation.md); a process can. It imports from this process's ``sys.path``, hashes the
+    rtl/ it loaded, and :meth:`result` refuses a Verilog made from other sources than this
+    process's cache key."""
+
+    def __init__(self, variant: Variant, folder: Path):
+        import pickle
+
+        self.folder = folder
+        self.inp, self.out, self.log = (folder / "beside.pickle", folder / "beside.v", folder / "beside.log")
+        for f in (self.out, self.log):
+            f.unlink(missing_ok=True)
+        self.inp.write_bytes(pickle.dumps(variant))
+        code = (f"import sys; sys.path[:0] = {[p or os.getcwd() for p in sys.path]!r}; "
+                "from cosim.build import ConvertBeside; ConvertBeside.child(sys.argv[1], sys.argv[2])")
+        with open(self.log, "w") as log:
+            self._proc = start_tracked([sys.executable, "-c", code, str(self.inp), str(self.out)], cwd=folder,
+                                       stdout=log)
+
+    @staticmethod
+    def child(inp: str, out: str) -> None:
+        """In the second process: convert, then write ``<rtl digest>\\n<Verilog>`` to ``out``."""
+        import pickle
+
+        variant = pickle.loads(Path(inp).read_bytes())
+        text = instanced_verilog(variant)
+        tmp = Path(out + ".tmp")
+        tmp.write_text(f"{_loaded_rtl_digest()}\n{text}")
+        tmp.replace(out)
+
+    def result(self, digest: str) -> str:
+        """Wait for the process; its Verilog, if made from rtl/ hashing to ``digest``. Else a
+        :class:`BuildFailed` that names its log and last lines."""
+        rc = finish_tracked(self._proc).returncode
+        if rc != 0 or not self.out.exists():
+            raise BuildFailed(f"elaborating the chip's instanced modules and DRAM (a second process) failed: "
+                              f"{describe_returncode(rc)}; log {self.log}:\n{log_excerpt(self.log)}", self.log)
+        theirs, _, text = self.out.read_text().partition("\n")
+        if theirs != digest:
+            raise BuildFailed(f"the RTL sources in {_RTL_DIR} changed while the chip was elaborated (the second "
+                              "process loaded other files than this one). Start it again.")
+        for f in (self.inp, self.out, self.log):
+            f.unlink(missing_ok=True)
+        return text
+
+    def cancel(self) -> None:
+        """Stop the process (this one's conversion failed or was interrupted)."""
+        _stop(self._proc, 2.0)
+        finish_tracked(self._proc)
+
+
 def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
                      on_elaborate: Callable[[], object] | None = None) -> tuple[Path, bool, float]:
     """Return (path to fl_chip.v, cache hit?, seconds spent elaborating).
@@ -580,25 +664,25 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
             manifest.unlink(missing_ok=True)
         from amaranth.back import verilog
 
-        from rtl.dram_array import array_verilog
-
         if on_elaborate is not None:
             on_elaborate()
         t0 = time.perf_counter()
         cfg = variant.config
-        try:
-            with build_step(f"elaborating the chip into Verilog ({cfg.rows}x{cfg.cols}, revision {variant.revision}, "
-                            f"formats {'/'.join(cfg.formats)})"):
+        with build_step(f"elaborating the chip into Verilog ({cfg.rows}x{cfg.cols}, revision {variant.revision}, "
+                        f"formats {'/'.join(cfg.formats)})"):
+            # the chip's other modules on the other core, by a second process (Amaranth is
+            # pure Python: a thread would wait on this one's GIL)
+            beside = ConvertBeside(variant, out_dir)
+            try:
                 chip = elaborate(variant)
                 text = verilog.convert(chip, name=CHIP_MODULE, emit_src=False)
-                # the modules the chip instances (its PE, its vector lane), converted once each
-                text += "".join(_inlined(_module_verilog(design, mod), mod)
-                                for mod, design in chip.instanced_modules().items())
-                if not variant.external_axi:
-                    text += verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False) + array_verilog()
-                text = _looped_zero_inits(text)
-        except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
-            raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
+            except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
+                beside.cancel()
+                raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
+            except BaseException:
+                beside.cancel()
+                raise
+            text = _looped_zero_inits(text + beside.result(_loaded_rtl_digest()))
         tmp = out.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(out)

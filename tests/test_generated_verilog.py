@@ -174,3 +174,55 @@ def test_a_clock_domain_the_design_uses_but_does_not_list_is_an_error():
 
     with pytest.raises(Exception, match="Domain 'fp' is used but not defined"):
         _module_verilog(Forgetful(ChipConfig(), fp_domain="fp"), "fl_pe")
+
+
+SMALL = dict(rows=2, cols=2, operand_depth=64, acc_depth=64, cmdq_depth=64, vector=True)
+
+
+def test_the_verilog_made_beside_is_the_verilog_made_in_one_process(tmp_path, monkeypatch):
+    """generate_verilog converts the chip here and its PE, lane and DRAM in a second process: the
+    file is byte for byte what one process converting all of it in turn writes."""
+    from cosim.build import (CHIP_MODULE, Variant, _looped_zero_inits, elaborate, generate_verilog,
+                             instanced_verilog)
+    from rtl.config import ChipConfig
+
+    monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
+    variant = Variant(config=ChipConfig(**SMALL), revision="B1")
+    path, hit, _ = generate_verilog(variant)
+    assert not hit
+    alone = _looped_zero_inits(verilog.convert(elaborate(variant), name=CHIP_MODULE, emit_src=False)
+                               + instanced_verilog(variant))
+    assert "module fl_pe(" in alone and "module fl_vec_lane(" in alone and "module fl_dram(" in alone
+    assert path.read_text() == alone
+    assert sorted(p.name for p in path.parent.iterdir()) == ["fl_chip.v", "manifest.json"]  # no leftovers
+
+
+def test_a_failure_in_the_second_process_is_a_build_error_with_its_log(tmp_path):
+    from cosim.build import BuildFailed, ConvertBeside, Variant
+
+    beside = ConvertBeside(Variant(revision="Z9"), tmp_path)  # no such revision: the child's elaborate raises
+    with pytest.raises(BuildFailed) as e:
+        beside.result("whatever")
+    msg = str(e.value)
+    assert "second process" in msg and "exited with code 1" in msg and str(tmp_path / "beside.log") in msg, msg
+    assert "Z9" in msg, msg  # the child's own error, from its log
+
+
+def test_verilog_made_from_other_rtl_sources_is_refused(tmp_path):
+    from cosim.build import BuildFailed, ConvertBeside, Variant
+    from rtl.config import ChipConfig
+
+    beside = ConvertBeside(Variant(config=ChipConfig(**SMALL), revision="B1"), tmp_path)
+    with pytest.raises(BuildFailed, match="changed while the chip was elaborated"):
+        beside.result("0" * 20)  # not the digest of the rtl/ the second process loaded
+
+
+def test_a_cancelled_second_process_is_stopped_and_forgotten(tmp_path):
+    from cosim.build import ConvertBeside, Variant, running_children
+
+    beside = ConvertBeside(Variant(revision="B1"), tmp_path)
+    pid = beside._proc.pid
+    assert pid in running_children()
+    beside.cancel()
+    assert beside._proc.returncode is not None and beside._proc.returncode < 0, beside._proc.returncode
+    assert pid not in running_children()
