@@ -6,10 +6,19 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv bringup demo test bench clean
 
+# The Verilator runtime every model links (about 18 s of one core) compiles while pip installs
+# PyTorch (one core, unpacking), so a machine's first simulator build does not wait for it
+# (cosim/runtime_setup.py). Its failure is reported, not fatal: the first build compiles it then.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[torch]'
+	$(BIN)/pip install --quiet -e .
+	$(BIN)/python -m cosim.runtime_setup >$(VENV)/runtime-setup.log 2>&1 & rt=$$!; \
+	$(BIN)/pip install --quiet -e '.[torch]'; rc=$$?; \
+	if wait $$rt; then cat $(VENV)/runtime-setup.log; \
+	else echo "warning: the Verilator runtime was not compiled at setup; the first simulator build compiles it:"; \
+	     tail -n 20 $(VENV)/runtime-setup.log; fi; \
+	exit $$rc
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -865,7 +865,7 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
     args = sim_args(sim, clock)
     make_args = list(VERILATOR_MAKE_ARGS) if sim == "verilator" else []
     # started (if not cached) when an elaboration or a compile is due: it overlaps the first
-    runtime = _verilator_runtime(info, args, make_args, waves) if sim == "verilator" else None
+    runtime = verilator_runtime(clock, waves) if sim == "verilator" else None
     verilog_path, v_hit, elab_s = generate_verilog(variant, rebuilt, runtime.start if runtime is not None else None)
     tb = (_HDL_DIR / "fl_tb.v").read_bytes()
     main = MAIN_CPP.read_bytes() if clock == "cpp" else b""  # our main is a build input: in the key
@@ -907,11 +907,15 @@ def sim_args(sim: str, clock: str) -> list[str]:
     return [*args, "-LDFLAGS", VPI_ARRAY_LDFLAGS]
 
 
-def _verilator_runtime(info: SimInfo, args: list[str], make_args: list[str], waves: bool):
-    """The shared runtime (:class:`RuntimePrebuild`) for a model verilated with ``args`` and made
-    with cocotb's make command: its VM_TRACE, then ``make_args``."""
+def verilator_runtime(clock: str | None = None, waves: bool = False) -> RuntimePrebuild:
+    """The shared runtime (:class:`RuntimePrebuild`, not started) that a Verilator build with
+    ``clock`` (default: :func:`default_clock`) and ``waves`` links: verilated with that build's
+    arguments and made with cocotb's make command (its VM_TRACE, then our make arguments)."""
+    info = find_simulator("verilator")
+    info.apply_env()
+    args = sim_args("verilator", clock or default_clock("verilator", waves))
     return RuntimePrebuild(info, [*args, *(["--trace"] if waves else [])],
-                           [f"VM_TRACE={int(waves)}", *make_args], objcache_args())
+                           [f"VM_TRACE={int(waves)}", *VERILATOR_MAKE_ARGS], objcache_args())
 
 
 def _compile(variant: Variant, sim: str, clock: str, waves: bool, info: SimInfo, verilog_path: Path, build_dir: Path,
@@ -1061,7 +1065,8 @@ class RuntimePrebuild:
         self._thread: threading.Thread | None = None
         self._error: str | None = None
 
-    def _ready(self) -> bool:
+    def ready(self) -> bool:
+        """Whether the entry is complete and every object in it is the file that was compiled."""
         info = _read_json(self._marker)
         return info is not None and all(
             _mismatch(self.dir / name, rec) is None for name, rec in (info.get("objects") or {}).items())
@@ -1069,7 +1074,7 @@ class RuntimePrebuild:
     def start(self) -> RuntimePrebuild:
         """Compile the runtime in a background thread unless it is cached or already started;
         returns at once."""
-        if self._thread is None and not self._ready():
+        if self._thread is None and not self.ready():
             self._thread = threading.Thread(target=self._build_guarded, name="firstlight-runtime", daemon=True)
             self._thread.start()
         return self
@@ -1083,7 +1088,7 @@ class RuntimePrebuild:
     def _build(self) -> None:
         self.dir.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.dir) + ".lock"):
-            if self._ready():
+            if self.ready():
                 return
             t0 = time.monotonic()
             _log.info("compiling the Verilator runtime once for these flags, beside the elaboration, into %s",
@@ -1119,7 +1124,7 @@ class RuntimePrebuild:
             self._thread.join()
             if time.monotonic() - t0 > 1:
                 _log.info("waited %.1f s for the Verilator runtime", time.monotonic() - t0)
-        return self._error or (None if self._ready() else "its entry is incomplete or its files do not match")
+        return self._error or (None if self.ready() else "its entry is incomplete or its files do not match")
 
     def make_model_then_install(self, build_dir: Path, make_argv: list[str], env: dict | None = None,
                                 log=None) -> list[str]:

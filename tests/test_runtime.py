@@ -50,27 +50,35 @@ def test_models_link_the_runtime_built_once_and_only_when_compiled_alike(tmp_pat
 
 
 @pytest.mark.sim
-def test_a_damaged_runtime_entry_is_compiled_again(tmp_path, monkeypatch):
+def test_the_setup_compiles_the_runtime_and_a_damaged_entry_is_compiled_again(tmp_path, monkeypatch):
     require_sim("verilator")
+    import os
+    import subprocess
+    import sys
+
     from cosim import build
 
     monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
-    info = build.find_simulator("verilator")
-    info.apply_env()
 
     def runtime():  # the one a "cpp"-clock build without waves uses
-        return build._verilator_runtime(info, build.sim_args("verilator", "cpp"), list(build.VERILATOR_MAKE_ARGS),
-                                        False)
+        return build.verilator_runtime("cpp", waves=False)
 
-    assert runtime().start().wait() is None
+    assert runtime().dir == build.verilator_runtime().dir, "the default build's runtime is not the cpp clock's"
+    # what `make venv` runs: it compiles the default build's runtime, then finds it compiled
+    for said in ("compiled the Verilator runtime in", "is already compiled in"):
+        setup = subprocess.run([sys.executable, "-m", "cosim.runtime_setup"], env=dict(os.environ),
+                               capture_output=True, text=True, timeout=900)
+        assert setup.returncode == 0, setup.stdout + setup.stderr
+        assert said in setup.stdout and str(runtime().dir) in setup.stdout, setup.stdout
+    assert runtime().ready()
     obj = runtime().dir / "verilated.o"
     size = obj.stat().st_size
     with open(obj, "r+b") as f:
         f.truncate(size // 2)
     again = runtime()
-    assert again._ready() is False, "a truncated object was trusted"
+    assert again.ready() is False, "a truncated object was trusted"
     assert again.start().wait() is None and obj.stat().st_size == size
-    assert runtime()._ready(), "a good entry is used as it is"
+    assert runtime().ready(), "a good entry is used as it is"
 
 
 @pytest.mark.sim
