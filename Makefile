@@ -6,18 +6,19 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv bringup demo test bench clean
 
-# The Verilator runtime every model links (about 18 s of one core) compiles while pip installs
-# PyTorch (one core, unpacking), so a machine's first simulator build does not wait for it
-# (cosim/runtime_setup.py). Its failure is reported, not fatal: the first build compiles it then.
+# What a machine's first simulator build would compile for itself (the Verilator runtime every
+# model links, about 18 s of one core; Amaranth's Yosys, compiled on its first run) is made while
+# pip installs PyTorch, which keeps about one core busy unpacking (cosim/toolchain_setup.py).
+# Its failure is reported, not fatal: the first build makes them then, and reports its own error.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e .
-	$(BIN)/python -m cosim.runtime_setup >$(VENV)/runtime-setup.log 2>&1 & rt=$$!; \
+	$(BIN)/python -m cosim.toolchain_setup >$(VENV)/toolchain-setup.log 2>&1 & rt=$$!; \
 	$(BIN)/pip install --quiet -e '.[torch]'; rc=$$?; \
-	if wait $$rt; then cat $(VENV)/runtime-setup.log; \
-	else echo "warning: the Verilator runtime was not compiled at setup; the first simulator build compiles it:"; \
-	     tail -n 20 $(VENV)/runtime-setup.log; fi; \
+	if wait $$rt; then cat $(VENV)/toolchain-setup.log; \
+	else echo "warning: the toolchain setup failed (the first simulator build will try again):"; \
+	     tail -n 20 $(VENV)/toolchain-setup.log; fi; \
 	exit $$rc
 	touch $(STAMP)
 

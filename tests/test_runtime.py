@@ -64,13 +64,17 @@ def test_the_setup_compiles_the_runtime_and_a_damaged_entry_is_compiled_again(tm
         return build.verilator_runtime("cpp", waves=False)
 
     assert runtime().dir == build.verilator_runtime().dir, "the default build's runtime is not the cpp clock's"
-    # what `make venv` runs: it compiles the default build's runtime, then finds it compiled
+    # what `make venv` runs: it compiles the default build's runtime (then finds it compiled) and
+    # runs Amaranth's Yosys once, which compiles it into wasmtime's cache (here an empty one)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     for said in ("compiled the Verilator runtime in", "is already compiled in"):
-        setup = subprocess.run([sys.executable, "-m", "cosim.runtime_setup"], env=dict(os.environ),
+        setup = subprocess.run([sys.executable, "-m", "cosim.toolchain_setup"], env=env,
                                capture_output=True, text=True, timeout=900)
         assert setup.returncode == 0, setup.stdout + setup.stderr
         assert said in setup.stdout and str(runtime().dir) in setup.stdout, setup.stdout
+        assert "Amaranth's Yosys ran once" in setup.stdout, setup.stdout
     assert runtime().ready()
+    assert any(p.is_file() for p in (tmp_path / "xdg" / "wasmtime").rglob("*")), "Yosys left nothing in the cache"
     obj = runtime().dir / "verilated.o"
     size = obj.stat().st_size
     with open(obj, "r+b") as f:
