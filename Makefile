@@ -6,6 +6,10 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv bringup demo test bench clean
 
+# The `torch` extra's requirements, read from pyproject.toml: installed as a list, not as
+# `-e '.[torch]'`, which would build and install the project a second time (about 4 s).
+TORCH_EXTRA = $(BIN)/python -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["torch"]))'
+
 # What a machine's first simulator build would compile for itself (the Verilator runtime every
 # model links, about 18 s of one core; Amaranth's Yosys, compiled on its first run) is made while
 # pip installs PyTorch, which keeps about one core busy unpacking (cosim/toolchain_setup.py).
@@ -15,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e .
 	$(BIN)/python -m cosim.toolchain_setup >$(VENV)/toolchain-setup.log 2>&1 & rt=$$!; \
-	$(BIN)/pip install --quiet -e '.[torch]'; rc=$$?; \
+	$(BIN)/pip install --quiet $$($(TORCH_EXTRA)); rc=$$?; \
 	if wait $$rt; then cat $(VENV)/toolchain-setup.log; \
 	else echo "warning: the toolchain setup failed (the first simulator build will try again):"; \
 	     tail -n 20 $(VENV)/toolchain-setup.log; fi; \
