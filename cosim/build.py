@@ -23,7 +23,8 @@ Nothing cached is trusted on its name alone: the size and sha256 of the Verilog
 ``sim.vvp``, in the ``.complete`` marker) are recorded when they are made and checked before
 each use. An entry that does not match is rebuilt with a warning on the ``firstlight`` logger.
 
-Every compiler and simulator runs through :func:`run_tracked`: in its own session (a Ctrl-C on
+Every compiler, simulator and helper process runs through :func:`run_tracked` (or
+:func:`start_tracked` and :func:`finish_tracked`, for one that runs beside this process's work): in its own session (a Ctrl-C on
 the terminal reaches the harness, which stops it cleanly) and registered, so that
 :func:`stop_children` can end all of them when the harness is interrupted.
 """
@@ -58,7 +59,7 @@ from .toolchain import SimInfo, find_simulator
 
 __all__ = ["Variant", "Build", "cache_root", "generate_verilog", "build_simulator", "verilog_key", "rtl_source_digest",
            "TB_TOPLEVEL", "HarnessError", "BuildFailed", "CommandFailed", "describe_returncode", "run_tracked",
-           "stop_children", "running_children", "model_artifact", "log_excerpt"]
+           "start_tracked", "finish_tracked", "stop_children", "running_children", "model_artifact", "log_excerpt"]
 
 _log = logging.getLogger("firstlight.build")
 TB_TOPLEVEL = "fl_tb"
@@ -235,11 +236,12 @@ def start_tracked(cmd: list[str], *, cwd, env: dict | None = None, stdout=None) 
     return proc
 
 
-def finish_tracked(proc: subprocess.Popen) -> subprocess.Popen:
+def finish_tracked(proc: subprocess.Popen, timeout: float | None = None) -> subprocess.Popen:
     """Wait for a :func:`start_tracked` process to end and return it (``returncode``). If this
-    thread is interrupted while it waits, the process is stopped before the exception goes on."""
+    thread is interrupted while it waits, or it runs longer than ``timeout`` seconds
+    (``subprocess.TimeoutExpired``), the process is stopped before the exception goes on."""
     try:
-        proc.wait()
+        proc.wait(timeout)
         return proc
     except BaseException:
         _stop(proc)
@@ -449,7 +451,7 @@ def _generator_source() -> str:
     import inspect
 
     return "".join([*(inspect.getsource(f) for f in (elaborate, elaborate_dram, generate_verilog, instanced_verilog,
-                                                     ConvertBeside.child, _module_verilog, _inlined,
+                                                     ConvertBeside, _module_verilog, _inlined,
                                                      _looped_zero_inits)),
                     _MEM_INIT.pattern, _MEM_WORD.pattern])
 
@@ -587,54 +589,81 @@ class ConvertBeside:
     Why: the default chip's Verilog took 6 s of one core, the other one idle (when the Verilator
     runtime is already compiled): about 4 s for the chip, 1.3 s for its PE, its lane and the
     DRAM. Threads cannot share that work (the conversion holds Python's GIL: tried, no gain,
-    docs/simulation.md); a process can. It imports from this process's ``sys.path``, hashes the
-    rtl/ it loaded, and :meth:`result` refuses a Verilog made from other sources than this
-    process's cache key."""
+    docs/simulation.md); a process can. It imports this project first, then the rest of this
+    process's ``sys.path``, and writes the Verilog cache key it computed (:func:`verilog_key`:
+    the rtl/ it loaded, Amaranth's version, the code that makes the file); :meth:`result` refuses
+    a Verilog made under another key than this process's."""
+
+    TIMEOUT_S = 900  # the 16x16 chip's modules take about 10 s: this is a hung process
 
     def __init__(self, variant: Variant, folder: Path):
         import pickle
 
         self.folder = folder
         self.inp, self.out, self.log = (folder / "beside.pickle", folder / "beside.v", folder / "beside.log")
-        for f in (self.out, self.log):
-            f.unlink(missing_ok=True)
+        self._remove(self.out.with_suffix(".v.tmp"))
         self.inp.write_bytes(pickle.dumps(variant))
-        code = (f"import sys; sys.path[:0] = {[p or os.getcwd() for p in sys.path]!r}; "
+        # this project first (the cosim and rtl this process runs), then what this process sees
+        path = [str(Path(__file__).resolve().parents[1]), *(os.path.abspath(os.fspath(p)) for p in sys.path)]
+        code = (f"import sys; sys.path[:0] = {path!r}; "
                 "from cosim.build import ConvertBeside; ConvertBeside.child(sys.argv[1], sys.argv[2])")
-        with open(self.log, "w") as log:
-            self._proc = start_tracked([sys.executable, "-c", code, str(self.inp), str(self.out)], cwd=folder,
-                                       stdout=log)
+        try:
+            with open(self.log, "w") as log:
+                self._proc = start_tracked([sys.executable, "-c", code, str(self.inp), str(self.out)], cwd=folder,
+                                           stdout=log)
+        except OSError as e:
+            raise BuildFailed(f"cannot start a second Python process ({sys.executable!r}) to convert the chip's "
+                              f"modules: {e}") from e
+
+    def _remove(self, *files: Path) -> None:
+        """Remove ``files``; by default every file of this process but a log a failure names."""
+        keep = self.log if getattr(self, "_failed", False) else None
+        for f in (files or (self.inp, self.out, self.log, self.out.with_suffix(".v.tmp"))):
+            if f != keep:
+                f.unlink(missing_ok=True)
 
     @staticmethod
     def child(inp: str, out: str) -> None:
-        """In the second process: convert, then write ``<rtl digest>\\n<Verilog>`` to ``out``."""
+        """In the second process: the key first (rtl/ imported, then hashed), then convert; write
+        ``<key>\\n<Verilog>`` to ``out`` as UTF-8 bytes."""
         import pickle
 
         variant = pickle.loads(Path(inp).read_bytes())
+        key = verilog_key(variant)
         text = instanced_verilog(variant)
         tmp = Path(out + ".tmp")
-        tmp.write_text(f"{_loaded_rtl_digest()}\n{text}")
+        tmp.write_bytes(f"{key}\n{text}".encode())
         tmp.replace(out)
 
-    def result(self, digest: str) -> str:
-        """Wait for the process; its Verilog, if made from rtl/ hashing to ``digest``. Else a
-        :class:`BuildFailed` that names its log and last lines."""
-        rc = finish_tracked(self._proc).returncode
+    def result(self, key: str) -> str:
+        """Wait for the process (at most TIMEOUT_S); its Verilog, if made under the Verilog cache
+        key ``key``. Else a :class:`BuildFailed` that says why (and names its log)."""
+        try:
+            rc = finish_tracked(self._proc, self.TIMEOUT_S).returncode
+        except subprocess.TimeoutExpired as e:
+            self._failed = True
+            raise BuildFailed(f"the second process converting the chip's modules did not finish in "
+                              f"{self.TIMEOUT_S} s and was stopped; log {self.log}:\n{log_excerpt(self.log)}",
+                              self.log) from e
         if rc != 0 or not self.out.exists():
+            self._failed = True
+            why = describe_returncode(rc) if rc != 0 else "exited with code 0 without writing its Verilog"
             raise BuildFailed(f"elaborating the chip's instanced modules and DRAM (a second process) failed: "
-                              f"{describe_returncode(rc)}; log {self.log}:\n{log_excerpt(self.log)}", self.log)
-        theirs, _, text = self.out.read_text().partition("\n")
-        if theirs != digest:
-            raise BuildFailed(f"the RTL sources in {_RTL_DIR} changed while the chip was elaborated (the second "
-                              "process loaded other files than this one). Start it again.")
-        for f in (self.inp, self.out, self.log):
-            f.unlink(missing_ok=True)
+                              f"{why}; log {self.log}:\n{log_excerpt(self.log)}", self.log)
+        theirs, _, text = self.out.read_bytes().decode().partition("\n")
+        if theirs != key:
+            raise BuildFailed(f"the second process converting the chip's modules made them under another Verilog "
+                              f"key ({theirs[:20]}, this process {key[:20]}): it loaded other sources (rtl/ "
+                              f"edited meanwhile, or another copy of this project on its path). Start it again.")
+        self._remove()
         return text
 
     def cancel(self) -> None:
-        """Stop the process (this one's conversion failed or was interrupted)."""
+        """Stop the process if it still runs and remove its files (this one's conversion failed
+        or was interrupted: whatever it made is not used)."""
         _stop(self._proc, 2.0)
         finish_tracked(self._proc)
+        self._remove()
 
 
 def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
@@ -674,15 +703,17 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
             # pure Python: a thread would wait on this one's GIL)
             beside = ConvertBeside(variant, out_dir)
             try:
-                chip = elaborate(variant)
-                text = verilog.convert(chip, name=CHIP_MODULE, emit_src=False)
-            except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
-                beside.cancel()
-                raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
+                try:
+                    chip = elaborate(variant)
+                    text = verilog.convert(chip, name=CHIP_MODULE, emit_src=False)
+                except Exception as e:  # noqa: BLE001 - an elaboration error is a failed build
+                    raise BuildFailed(f"elaborating the chip failed: {type(e).__name__}: {e}") from e
+                # the same key: the other process loaded the same rtl/, Amaranth and this code
+                text = _looped_zero_inits(text + beside.result(key))
+                _loaded_rtl_digest()  # and this process's rtl/ did not change meanwhile
             except BaseException:
-                beside.cancel()
+                beside.cancel()  # stopped and its files removed, whatever went wrong here
                 raise
-            text = _looped_zero_inits(text + beside.result(_loaded_rtl_digest()))
         tmp = out.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(out)

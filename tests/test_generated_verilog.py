@@ -182,16 +182,21 @@ SMALL = dict(rows=2, cols=2, operand_depth=64, acc_depth=64, cmdq_depth=64, vect
 def test_the_verilog_made_beside_is_the_verilog_made_in_one_process(tmp_path, monkeypatch):
     """generate_verilog converts the chip here and its PE, lane and DRAM in a second process: the
     file is byte for byte what one process converting all of it in turn writes."""
-    from cosim.build import (CHIP_MODULE, Variant, _looped_zero_inits, elaborate, generate_verilog,
-                             instanced_verilog)
+    from cosim.build import (CHIP_MODULE, DRAM_MODULE, Variant, _inlined, _looped_zero_inits, _module_verilog,
+                             elaborate, elaborate_dram, generate_verilog)
     from rtl.config import ChipConfig
+    from rtl.dram_array import array_verilog
 
     monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
     variant = Variant(config=ChipConfig(**SMALL), revision="B1")
     path, hit, _ = generate_verilog(variant)
     assert not hit
-    alone = _looped_zero_inits(verilog.convert(elaborate(variant), name=CHIP_MODULE, emit_src=False)
-                               + instanced_verilog(variant))
+    # one process, in turn: the chip, then the modules this very chip instances, then the DRAM
+    chip = elaborate(variant)
+    alone = verilog.convert(chip, name=CHIP_MODULE, emit_src=False)
+    alone += "".join(_inlined(_module_verilog(design, mod), mod) for mod, design in chip.instanced_modules().items())
+    alone += verilog.convert(elaborate_dram(variant), name=DRAM_MODULE, emit_src=False) + array_verilog()
+    alone = _looped_zero_inits(alone)
     assert "module fl_pe(" in alone and "module fl_vec_lane(" in alone and "module fl_dram(" in alone
     assert path.read_text() == alone
     assert sorted(p.name for p in path.parent.iterdir()) == ["fl_chip.v", "manifest.json"]  # no leftovers
@@ -208,13 +213,37 @@ def test_a_failure_in_the_second_process_is_a_build_error_with_its_log(tmp_path)
     assert "Z9" in msg, msg  # the child's own error, from its log
 
 
-def test_verilog_made_from_other_rtl_sources_is_refused(tmp_path):
+def test_verilog_made_under_another_key_is_refused(tmp_path):
     from cosim.build import BuildFailed, ConvertBeside, Variant
     from rtl.config import ChipConfig
 
     beside = ConvertBeside(Variant(config=ChipConfig(**SMALL), revision="B1"), tmp_path)
-    with pytest.raises(BuildFailed, match="changed while the chip was elaborated"):
-        beside.result("0" * 20)  # not the digest of the rtl/ the second process loaded
+    with pytest.raises(BuildFailed, match="made them under another Verilog key"):
+        beside.result("0" * 20)  # not the key of the sources the second process loaded
+
+
+def test_an_interrupted_conversion_stops_the_second_process_and_leaves_no_files(tmp_path, monkeypatch):
+    """Ctrl-C while this process converts the chip: the second process is stopped, not left to
+    run, and its files are gone from the cache folder."""
+    import amaranth.back.verilog as amaranth_verilog
+
+    from cosim.build import Variant, generate_verilog, running_children
+    from rtl.config import ChipConfig
+
+    monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path / "cache"))
+    started = []
+
+    def interrupted(*args, **kwargs):
+        started.extend(running_children())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(amaranth_verilog, "convert", interrupted)  # this process's only
+    with pytest.raises(KeyboardInterrupt):
+        generate_verilog(Variant(config=ChipConfig(**SMALL), revision="B1"))
+    assert started, "no second process was running while the chip was converted"
+    assert not set(started) & set(running_children())
+    left = [p.name for p in (tmp_path / "cache" / "verilog").rglob("beside*")]
+    assert left == [], left
 
 
 def test_a_cancelled_second_process_is_stopped_and_forgotten(tmp_path):

@@ -53,6 +53,7 @@ def test_models_link_the_runtime_built_once_and_only_when_compiled_alike(tmp_pat
 def test_the_setup_compiles_the_runtime_and_a_damaged_entry_is_compiled_again(tmp_path, monkeypatch):
     require_sim("verilator")
     import os
+    import shutil
     import subprocess
     import sys
 
@@ -67,6 +68,9 @@ def test_the_setup_compiles_the_runtime_and_a_damaged_entry_is_compiled_again(tm
     # what `make venv` runs: it compiles the default build's runtime (then finds it compiled) and
     # runs Amaranth's Yosys once, which compiles it into wasmtime's cache (here an empty one)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    if shutil.which("ccache"):  # ccache keeps its own folder (under XDG_CACHE_HOME by default)
+        env["CCACHE_DIR"] = subprocess.run(["ccache", "--get-config", "cache_dir"], capture_output=True, text=True,
+                                           check=True).stdout.strip()
     for said in ("compiled the Verilator runtime in", "is already compiled in"):
         setup = subprocess.run([sys.executable, "-m", "cosim.toolchain_setup"], env=env,
                                capture_output=True, text=True, timeout=900)
