@@ -24,9 +24,9 @@ Nothing cached is trusted on its name alone: the size and sha256 of the Verilog
 each use. An entry that does not match is rebuilt with a warning on the ``firstlight`` logger.
 
 Every compiler, simulator and helper process runs through :func:`run_tracked` (or
-:func:`start_tracked` and :func:`finish_tracked`, for one that runs beside this process's work): in its own session (a Ctrl-C on
-the terminal reaches the harness, which stops it cleanly) and registered, so that
-:func:`stop_children` can end all of them when the harness is interrupted.
+:func:`start_tracked` and :func:`finish_tracked`, for one that runs beside this process's work):
+in its own session (a Ctrl-C on the terminal reaches the harness, which stops it cleanly) and
+registered, so that :func:`stop_children` can end all of them when the harness is interrupted.
 """
 
 from __future__ import annotations
@@ -601,7 +601,8 @@ class ConvertBeside:
 
         self.folder = folder
         self.inp, self.out, self.log = (folder / "beside.pickle", folder / "beside.v", folder / "beside.log")
-        self._remove(self.out.with_suffix(".v.tmp"))
+        self._failed = False  # set when result() reports an error that names the log: kept then
+        self._remove()  # what a process killed in an earlier build left
         self.inp.write_bytes(pickle.dumps(variant))
         # this project first (the cosim and rtl this process runs), then what this process sees
         path = [str(Path(__file__).resolve().parents[1]), *(os.path.abspath(os.fspath(p)) for p in sys.path)]
@@ -617,7 +618,7 @@ class ConvertBeside:
 
     def _remove(self, *files: Path) -> None:
         """Remove ``files``; by default every file of this process but a log a failure names."""
-        keep = self.log if getattr(self, "_failed", False) else None
+        keep = self.log if self._failed else None
         for f in (files or (self.inp, self.out, self.log, self.out.with_suffix(".v.tmp"))):
             if f != keep:
                 f.unlink(missing_ok=True)

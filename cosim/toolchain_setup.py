@@ -8,10 +8,11 @@ would otherwise compile for itself (``make venv`` runs it):
   and caches (``~/.cache/wasmtime``): about 2.5 s and 5 CPU-s, paid by the first elaboration,
   twice over when the chip and its modules are converted side by side.
 
-Why: on a fresh machine the first build of the default chip took 20.2 s in ``firstlight
-bringup`` with both done beforehand and 24-25 s with the runtime compiled beside it
-(docs/simulation.md, "The toolchain at setup"). ``make venv`` runs this while pip installs
-PyTorch, which keeps about one core busy unpacking, so the setup takes no longer.
+Why: in a fresh clone with empty caches the build stage of ``make bringup`` took 25.3-27.5 s
+with both compiled inside it, and 14.9-19.3 s with both done here (docs/simulation.md, "The
+chip's modules in a second process, and the toolchain at setup"). ``make venv`` runs this while
+pip installs PyTorch, which keeps about one core busy unpacking; the setup still took 4-10 s
+longer there, the cost moved rather than removed.
 
 The runtime is the one of a build with the default clock and no waveforms (what ``firstlight
 run``, ``bringup`` and the tests build first); another clock or a waveform build compiles its own
