@@ -1,0 +1,59 @@
+"""The job of every tile-language kernel (kernels/tile/spec.py): seeded inputs from its
+declaration, the kernel on the chip, its golden bit for bit and its float64 reference (SQNR)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import workarounds
+from kernels.tile.spec import get, run_spec
+
+from .checks import first_mismatch
+from .kernels import _traced
+
+__all__ = ["tile_job", "tile_cases_job", "compare"]
+
+
+def compare(spec, p: dict, ins: dict, outs: dict, lanes: int) -> tuple[dict | None, float | None]:
+    """(first mismatch against the golden, bit for bit, or None; SQNR in dB against the reference)."""
+    from golden.metrics import sqnr_db
+
+    want = spec.golden(ins, p, lanes)
+    mismatch = None
+    for name, w in want.items():
+        got = outs[name]
+        m = first_mismatch(got.view(np.uint32), np.ascontiguousarray(w).view(np.uint32))
+        if m is not None:
+            mismatch = {**m, "tensor": name}
+            break
+    sq = None
+    if spec.reference is not None:
+        ref = spec.reference(ins, p)
+        name = next(iter(ref))
+        r, got = np.asarray(ref[name], np.float64), outs[name].astype(np.float64)
+        ok = np.isfinite(r)
+        sq = sqnr_db(r[ok], got[ok]) if ok.any() else None
+    return mismatch, sq
+
+
+async def tile_job(dev, emit, kernel: str, params: dict, seed: int, extremes: bool = False,
+                   errata_policy: dict | None = None, trace: bool = False) -> dict:
+    spec = get(kernel)
+    p = spec.resolve(params)
+    mit = workarounds.attach(dev, errata_policy)
+    ins = spec.inputs(p, seed, extremes)
+    (outs, stats), events = await _traced(dev, trace, lambda: run_spec(dev, spec, p, ins, mitigations=mit))
+    mismatch, sq = compare(spec, p, ins, outs, dev.config.lanes)
+    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
+            "sqnr_db": sq, "kernel": kernel, "params": p}
+
+
+async def tile_cases_job(dev, emit, cases: list, seed: int, errata_policy: dict | None = None) -> list[dict]:
+    """Several (kernel, params, extremes) in one simulator process, a result each."""
+    out = []
+    for kernel, params, extremes in cases:
+        r = await tile_job(dev, emit, kernel, params, seed, extremes, errata_policy)
+        out.append({k: r[k] for k in ("passed", "mismatch", "sqnr_db", "kernel", "params")}
+                   | {"cycles": r["stats"]["cycles"], "roof_utilization": r["stats"].get("roof_utilization"),
+                      "mitigations": r["stats"].get("mitigations", [])})
+    return out

@@ -1,0 +1,18 @@
+"""The tile language and its compiler (docs/tile.md).
+
+Kernel code imports this package as ``tile`` and calls what :mod:`kernels.tile.lang` exports;
+the compiler (:mod:`kernels.tile.compiler`) places the tiles, orders the units with semaphores and
+lowers to rtl/isa.py; :mod:`kernels.tile.runtime` runs the result on a device.
+"""
+
+from __future__ import annotations
+
+from .compiler import Compiled, format_command
+from .ir import TileError
+from .lang import (Tile, constant_row, exp, load, mask_tail, maximum, minimum, pipeline, recip, relu, row_max, row_sum, rsqrt,
+                   scalar, store)
+from .runtime import TensorSpec, build, run
+
+__all__ = ["Compiled", "TileError", "Tile", "TensorSpec", "build", "run", "format_command", "pipeline", "load",
+           "store", "exp", "recip", "rsqrt", "relu", "maximum", "minimum", "row_sum", "row_max", "scalar",
+           "constant_row", "mask_tail"]

@@ -1,0 +1,460 @@
+"""The tile-language compiler: a traced kernel to the command stream of rtl/isa.py.
+
+Passes, each over the op list of kernels/tile/ir.py (docs/tile.md, "The compiler"):
+
+1. **schedule**: a ``pipeline(stages=S)`` loop's loads from DRAM are issued ``S - 1`` iterations
+   ahead of the work that reads them (software pipelining); everything else keeps program order.
+2. **coalesce**: an elementwise result takes its first operand's SRAM words when that operand
+   dies there (VEC in place is safe, docs/chip.md).
+3. **place**: every tile gets SRAM words by linear scan over the scheduled order (live from its
+   first write to its last read), first fit; a working set that does not fit is an error that
+   names the tile, the words it needs and the words left.
+4. **synchronise**: the chip runs three in-order queues (the command stream, the load DMA, the
+   store DMA). For each op and each other queue, the last earlier op of that queue whose words
+   (SRAM or DRAM) conflict with it (read after write, write after read, write after write) must
+   complete first, unless an earlier wait already implies it (a vector clock of what is known
+   complete at each op's start). Each edge left becomes a semaphore signal on the producer and
+   a wait on the consumer, one semaphore per (producer queue, consumer queue): both queues
+   complete in order, so the k-th wait pairs with the k-th signal and every count returns to 0.
+5. **lower**: commands with their semaphore fields; a second wait becomes a NOP (command
+   stream) or a FENCE relay (a DMA); every command's tag is its op's index, so an error or a
+   trace names the kernel line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rtl.isa import MAX_COUNT, ReduceOp, VecB, VecOp, decode, dma_load, dma_store, fence, nop, reduce, vec
+from rtl.memories import Region
+
+from .ir import Buffer, Op, Queue, Storage, TensorDecl, TileError
+
+__all__ = ["Compiled", "compile_trace", "SEMAPHORE_OF"]
+
+# one counting semaphore per (producer queue, consumer queue)
+SEMAPHORE_OF = {(p, c): i for i, (p, c) in enumerate((p, c) for p in Queue.ALL for c in Queue.ALL if p != c)}
+_DRAM_ALIGN = 4096
+
+
+@dataclass
+class Compiled:
+    """A kernel ready to run: its commands, the op and source line of each, the DRAM tensors with
+    their addresses, and the placement."""
+
+    name: str
+    commands: list[int]
+    cmd_ops: list[int]  # per command: the index of its op in ``ops``
+    ops: list[Op]
+    tensors: list[TensorDecl]
+    storages: list[Storage]
+    waits: int = 0
+    signals: int = 0
+    relays: int = 0
+    sram_words: dict = field(default_factory=dict)  # region -> peak words used
+    edges: list[tuple[int, int]] = field(default_factory=list)  # (producer op, consumer op)
+
+    def tensor(self, name: str) -> TensorDecl:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def dump(self) -> str:
+        """The lowered stream, a command a line, with the kernel source line that made it."""
+        lines = [f"# {self.name}: {len(self.commands)} commands, {len(self.ops)} tile ops, {self.waits} waits "
+                 f"({self.relays} relays), SRAM words used: "
+                 + ", ".join(f"{r} {w}" for r, w in sorted(self.sram_words.items()))]
+        for t in self.tensors:
+            lines.append(f"# DRAM {t.name:<10} {t.role:<5} {t.rows}x{t.cols} {t.dtype} at {t.dram:#x} "
+                         f"({t.rows} rows of {t.wpr} words)")
+        for s in self.storages:
+            lines.append(f"# SRAM {s.name:<10} {s.region}[{s.addr}:{s.addr + s.words}]  {s.line}")
+        for i, (c, oi) in enumerate(zip(self.commands, self.cmd_ops)):
+            op = self.ops[oi] if oi >= 0 else None
+            where = op.line if op is not None else "(compiler)"
+            lines.append(f"{i:5d}  {format_command(c):<58} # {where}")
+        return "\n".join(lines)
+
+
+def format_command(c: int) -> str:
+    d = decode(c)
+    op = d["opcode"]
+    s = d["sync"]
+    sync = (f" wait s{s['wait_sem']}" if s["wait"] else "") + (f" signal s{s['signal_sem']}" if s["signal"] else "") \
+        + (f",s{s['signal2_sem']}" if s["signal2"] else "")
+    from rtl.isa import Opcode
+
+    if op == Opcode.VEC:
+        f = d["flags"]
+        b = "" if VecOp(f["op"]).name in ("EXP", "RECIP", "RSQRT", "RELU", "I2F") else \
+            f" b={d['arg1']}{'' if f['b'] == 0 else '/' + VecB(f['b']).name.lower()}"
+        return f"VEC {VecOp(f['op']).name} a={d['arg0']}{b} n={d['length']} dst={d['arg2']}{sync}"
+    if op == Opcode.REDUCE:
+        return f"REDUCE {ReduceOp(d['flags']['op']).name} src={d['arg0']} n={d['length']} dst={d['arg2']}{sync}"
+    if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
+        region = Region(d["flags"]["dma"]["region"]) if "dma" in d["flags"] else Region.ACC
+        region = Region(d["flags"]["region"]) if "region" in d["flags"] else region
+        name = "DMA_LOAD" if op == Opcode.DMA_LOAD else "DMA_STORE"
+        return f"{name} {region.name}[{d['arg0']}] dram={d['dram']:#x} words={d['length']} rows={d['arg1']}{sync}"
+    return f"{Opcode(op).name}{sync}"
+
+
+def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, dram_bytes: int,
+                  bus_bytes: int) -> Compiled:
+    order = _schedule(ops)
+    for i, op in enumerate(order):
+        op.index = i
+    _coalesce(order)
+    storages, peak = _place(order, config)
+    _place_dram(tensors, dram_bytes, bus_bytes)
+    order, plan, edges, relays = _synchronise(order)
+    cmds, cmd_ops, waits, signals = _lower(order, plan, config)
+    return Compiled(name, cmds, cmd_ops, order, tensors, storages, waits, signals, relays, peak, edges)
+
+
+# ---- 1. schedule -----------------------------------------------------------------------------
+
+def _schedule(ops: list[Op]) -> list[Op]:
+    """Program order, except that in a pipelined loop the loads of iteration ``i + S - 1`` are
+    issued before the rest of iteration ``i``."""
+    out: list[Op] = []
+    i = 0
+    while i < len(ops):
+        loop = ops[i].loop
+        if loop is None:
+            out.append(ops[i])
+            i += 1
+            continue
+        j = i
+        while j < len(ops) and ops[j].loop is loop:
+            j += 1
+        body = ops[i:j]
+        its = loop.iterations
+        early = [[o for o in body if o.iteration == k and _prefetchable(o)] for k in range(its)]
+        rest = [[o for o in body if o.iteration == k and not _prefetchable(o)] for k in range(its)]
+        ahead = loop.stages - 1
+        for k in range(min(ahead, its)):
+            out += early[k]
+        for k in range(its):
+            if k + ahead < its:
+                out += early[k + ahead]
+            out += rest[k]
+        i = j
+    return out
+
+
+def _prefetchable(op: Op) -> bool:
+    """A load of data the kernel never writes: it may be issued as early as its words are free."""
+    return op.kind == "load" and all(t.role != "out" for t, _, _ in op.dram_reads)
+
+
+# ---- 2. coalesce ----------------------------------------------------------------------------
+
+def _last_uses(order: list[Op]) -> dict[int, int]:
+    """id(Buffer) -> index of the last op that reads it (its writer's index if nothing does)."""
+    last: dict[int, int] = {}
+    for op in order:
+        for b in op.writes:
+            last.setdefault(id(b), op.index)
+        for b in op.reads:
+            last[id(b)] = op.index
+    return last
+
+
+def _coalesce(order: list[Op]) -> None:
+    last = _last_uses(order)
+    members: dict[int, list[Buffer]] = {}  # id(Storage) -> its buffers so far
+    readers: dict[int, list[Op]] = {}
+    for op in order:
+        for b in op.reads:
+            readers.setdefault(id(b), []).append(op)
+    for op in order:
+        if op.kind == "vec" and op.reads:
+            a, out = op.reads[0], op.writes[0]
+            st_last = max(last[id(b)] for b in members.get(id(a.storage), [a]))
+            if op.args.get("in_place"):
+                if st_last > op.index:
+                    later = [o for b in members.get(id(a.storage), [a]) for o in readers.get(id(b), [])
+                             if o.index > op.index]
+                    raise TileError(f"{op.line}: {op.args['op']} overwrites {a.storage.name} in place, but "
+                                    f"{later[0].line} reads it afterwards; use the result instead")
+            elif st_last == op.index and a.storage.region == out.storage.region and a.words == out.words:
+                out.storage.alias = a.storage
+        for b in op.reads + op.writes:
+            lst = members.setdefault(id(b.storage), [])
+            if all(x is not b for x in lst):
+                lst.append(b)
+
+
+# ---- 3. place -------------------------------------------------------------------------------
+
+def _place(order: list[Op], config) -> tuple[list[Storage], dict[str, int]]:
+    depth = {"ACC": config.acc_depth, "A": config.operand_depth, "B": config.operand_depth}
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    stores: dict[int, Storage] = {}
+    for op in order:
+        for b in op.writes + op.reads:
+            s = b.storage
+            stores[id(s)] = s
+            first.setdefault(id(s), op.index)
+            last[id(s)] = max(last.get(id(s), op.index), op.index)
+    free: dict[str, list[list[int]]] = {r: [[0, d]] for r, d in depth.items()}  # [start, end) holes
+    live: list[Storage] = []
+    peak = {r: 0 for r in depth}
+    used = {r: 0 for r in depth}
+    starts: dict[int, list[Storage]] = {}
+    for s in stores.values():
+        starts.setdefault(first[id(s)], []).append(s)
+    placed = []
+    for op in order:
+        for s in [s for s in live if last[id(s)] < op.index]:
+            live.remove(s)
+            _release(free[s.region], s.addr, s.words)
+            used[s.region] -= s.words
+        for s in starts.get(op.index, []):
+            if s.words > MAX_COUNT:
+                raise TileError(f"{s.line}: the tile {s.name} needs {s.words} words; one command moves at most "
+                                f"{MAX_COUNT}: use fewer rows per tile")
+            # tiles the DMA fills go at the bottom, the units' own results at the top: a unit's
+            # scratch then reuses words only the command stream touched, never words a DMA may still
+            # be reading, so it needs no wait on a store
+            holes = [h for h in free[s.region] if h[1] - h[0] >= s.words]
+            top = op.queue == Queue.EXEC
+            hole = (holes[-1] if top else holes[0]) if holes else None
+            if hole is None:
+                biggest = max((h[1] - h[0] for h in free[s.region]), default=0)
+                held = ", ".join(f"{x.name} {x.words} ({x.line})" for x in live if x.region == s.region)
+                raise TileError(
+                    f"{s.line}: the tile {s.name} needs {s.words} words of {s.region}, but only {biggest} "
+                    f"contiguous words are left of {depth[s.region]} (live: {held}); use fewer rows per tile "
+                    f"or fewer pipeline stages")
+            if top:
+                s.addr = hole[1] - s.words
+                hole[1] -= s.words
+            else:
+                s.addr = hole[0]
+                hole[0] += s.words
+            free[s.region] = [h for h in free[s.region] if h[1] > h[0]]
+            live.append(s)
+            placed.append(s)
+            used[s.region] += s.words
+            peak[s.region] = max(peak[s.region], used[s.region])
+    return placed, {r: w for r, w in peak.items() if w}
+
+
+def _release(holes: list[list[int]], addr: int, words: int) -> None:
+    holes.append([addr, addr + words])
+    holes.sort()
+    merged = [holes[0]]
+    for h in holes[1:]:
+        if h[0] <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], h[1])
+        else:
+            merged.append(h)
+    holes[:] = merged
+
+
+def _place_dram(tensors: list[TensorDecl], dram_bytes: int, bus_bytes: int) -> None:
+    at = 0
+    for t in tensors:
+        at = -(-at // _DRAM_ALIGN) * _DRAM_ALIGN
+        t.dram = at
+        at += -(-t.nbytes // bus_bytes) * bus_bytes
+    if at > dram_bytes:
+        need = ", ".join(f"{t.name} {t.nbytes:,}" for t in tensors)
+        raise TileError(f"the kernel's tensors need {at:,} bytes of DRAM ({need}), but the board has "
+                        f"{dram_bytes:,}: build a larger board (--dram-size) or a smaller problem")
+
+
+# ---- 4. synchronise ---------------------------------------------------------------------------
+
+def _accesses(op: Op) -> tuple[list[tuple], list[tuple]]:
+    """(reads, writes) as (space, first, end) ranges: SRAM words or DRAM bytes."""
+    def sram(b: Buffer):
+        return (b.storage.region, b.storage.addr, b.storage.addr + b.storage.words)
+
+    def dram(t: TensorDecl, r0: int, n: int):
+        row = t.wpr * t.word_bytes
+        return ("DRAM", t.dram + r0 * row, t.dram + (r0 + n) * row)
+
+    reads = [sram(b) for b in op.reads] + [dram(*d) for d in op.dram_reads]
+    writes = [sram(b) for b in op.writes] + [dram(*d) for d in op.dram_writes]
+    return reads, writes
+
+
+def _overlap(x: tuple, y: tuple) -> bool:
+    return x[0] == y[0] and x[1] < y[2] and y[1] < x[2]
+
+
+def _conflict(ra, wa, rb, wb) -> bool:
+    return any(_overlap(w, x) for w in wa for x in rb + wb) or any(_overlap(r, w) for r in ra for w in wb)
+
+
+@dataclass
+class _Sync:
+    wait: int | None = None  # the op (index into the final order) this op waits on
+    extra: int | None = None  # a second producer, waited on by a NOP before it (command stream only)
+    signal_to: set = field(default_factory=set)  # the consumer queues this op signals
+
+
+def _synchronise(order: list[Op]) -> tuple[list[Op], list[_Sync], list[tuple[int, int]], int]:
+    """The final order (with any FENCE relays) and each op's waits and signals."""
+    final: list[Op] = []
+    acc: list[tuple] = []
+    pos: dict[str, list[int]] = {q: [] for q in Queue.ALL}  # op indices per queue, in order
+    qpos: list[int] = []  # an op's position in its queue
+    start_kc: list[dict[str, int]] = []  # per op: queue -> highest position known complete at its start
+    last_start: dict[str, dict[str, int]] = {q: {} for q in Queue.ALL}
+    plan: list[_Sync] = []
+    edges = []
+    relays = 0
+
+    def done(j):  # what is known complete once op j has completed
+        d = dict(start_kc[j])
+        d[final[j].queue] = max(d.get(final[j].queue, -1), qpos[j])
+        return d
+
+    def covers(kcx, j):
+        return kcx.get(final[j].queue, -1) >= qpos[j]
+
+    def add(op: Op, forced: int | None = None) -> None:
+        nonlocal relays
+        q = op.queue
+        i = len(final)
+        final.append(op)
+        acc.append(_accesses(op))
+        kc = dict(last_start[q])
+        if q == Queue.EXEC and pos[q]:
+            kc[q] = len(pos[q]) - 1  # a VEC, REDUCE or FENCE issues once every earlier one is done
+        need = []
+        if forced is not None:
+            need = [forced]
+        else:
+            for other in Queue.ALL:
+                if other == q:
+                    continue
+                for j in reversed(pos[other]):
+                    if _conflict(*acc[j], *acc[i]):
+                        if not covers(kc, j):
+                            need.append(j)
+                        break
+        if len(need) == 2:
+            a, b = need
+            if covers(done(a), b):
+                need = [a]
+            elif covers(done(b), a):
+                need = [b]
+        if len(need) == 2 and q != Queue.EXEC:
+            # a DMA that must wait for the command stream and for the other DMA queue: a FENCE in the
+            # stream waits for the other queue and, once everything before it is done, signals this one
+            ex = next(j for j in need if final[j].queue == Queue.EXEC)
+            other_dma = next(j for j in need if j != ex)
+            final.pop()
+            acc.pop()
+            relay = Op("fence", Queue.EXEC, op.line, {"op": "relay"})
+            relay.loop, relay.iteration = op.loop, op.iteration
+            add(relay, forced=other_dma)
+            relays += 1
+            add(op, forced=len(final) - 1)
+            return
+        s = _Sync()
+        for j in need:
+            kc = _join(kc, done(j))
+            edges.append((j, i))
+            plan[j].signal_to.add(q)
+        if len(need) == 1:
+            s.wait = need[0]
+        elif len(need) == 2:
+            s.extra, s.wait = need
+        plan.append(s)
+        start_kc.append(kc)
+        last_start[q] = kc
+        qpos.append(len(pos[q]))
+        pos[q].append(i)
+
+    for op in order:
+        add(op)
+    for i, op in enumerate(final):
+        op.index = i
+    return final, plan, edges, relays
+
+
+def _join(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = max(out.get(k, -1), v)
+    return out
+
+
+# ---- 5. lower --------------------------------------------------------------------------------
+
+def _lower(order: list[Op], plan: list[_Sync], config) -> tuple[list[int], list[int], int, int]:
+    cmds: list[int] = []
+    cmd_ops: list[int] = []
+    waits = signals = 0
+    for op in order:
+        s = plan[op.index]
+        wait = None if s.wait is None else SEMAPHORE_OF[(order[s.wait].queue, op.queue)]
+        if s.extra is not None:  # the command stream's second wait: a NOP at its head
+            cmds.append(nop(tag=op.index, wait=SEMAPHORE_OF[(order[s.extra].queue, op.queue)]))
+            cmd_ops.append(op.index)
+            waits += 1
+        sig = sorted(SEMAPHORE_OF[(op.queue, c)] for c in s.signal_to)
+        waits += wait is not None
+        signals += len(sig)
+        body = _commands(op, config)
+        for i, (make, kw) in enumerate(body):
+            sync = {}
+            if i == 0 and wait is not None:
+                sync["wait"] = wait
+            if i == len(body) - 1:
+                if sig:
+                    sync["signal"] = sig[0]
+                if len(sig) > 1:
+                    sync["signal2"] = sig[1]
+            cmds.append(make(tag=op.index, **kw, **sync))
+            cmd_ops.append(op.index)
+    return cmds, cmd_ops, waits, signals
+
+
+def _commands(op: Op, config) -> list[tuple]:
+    """(constructor, fields) of each command of one op, addresses resolved."""
+    if op.kind in ("load", "store"):
+        buf = op.writes[0] if op.kind == "load" else op.reads[0]
+        t, r0, n = (op.dram_reads if op.kind == "load" else op.dram_writes)[0]
+        words = n * t.wpr
+        base, dram = buf.storage.addr, t.dram + r0 * t.wpr * t.word_bytes
+        out = []
+        for w0 in range(0, words, MAX_COUNT):
+            w = min(MAX_COUNT, words - w0)
+            kw = {"sram": base + w0, "dram": dram + w0 * t.word_bytes, "words": w}
+            if op.kind == "load":
+                out.append((_load_acc, kw))
+            else:
+                out.append((dma_store, kw))
+        return out
+    if op.kind == "vec":
+        a = op.reads[0].storage.addr
+        b = op.reads[1].storage.addr if len(op.reads) > 1 else 0
+        d = op.writes[0].storage.addr
+        out = []
+        for name, ao, bo, form, count, do in op.args["cmds"]:
+            kw = {"op": VecOp[name.upper()], "a": a + ao, "count": count, "dst": d + do}
+            if bo is not None:
+                kw.update(b=b + bo, b_form=VecB[form.upper()])
+            out.append((vec, kw))
+        return out
+    if op.kind == "fence":
+        return [(fence, {})]
+    if op.kind == "reduce":
+        a = op.reads[0].storage.addr
+        d = op.writes[0].storage.addr
+        return [(reduce, {"op": ReduceOp[code], "src": a + so, "count": count, "dst": d + do})
+                for code, so, count, do in op.args["cmds"]]
+    raise AssertionError(f"no lowering for {op.kind}")
+
+
+def _load_acc(**kw) -> int:
+    return dma_load(Region.ACC, **kw)

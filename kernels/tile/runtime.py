@@ -1,0 +1,105 @@
+"""Compile a tile-language kernel for a chip and run it: DRAM in, the stream, DRAM out.
+
+:func:`build` traces the kernel with its tensors' shapes and compiles it (no device needed:
+``--dump`` and the tests use it alone). :func:`run` stages the inputs and the compiler's
+constants in DRAM at the addresses the compiler chose, submits the stream through the device's
+submit filter (so every stream pass of the active errata applies), waits, and reads the outputs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from golden.vector import row_words
+from rtl.isa import Opcode, decode
+
+from .compiler import Compiled, compile_trace
+from .ir import TileError
+from .lang import TensorRef, tracing
+
+__all__ = ["TensorSpec", "build", "run", "units_busy_cycles", "dram_traffic"]
+
+_DTYPES = {"fp32": np.float32, "int32": np.int32}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A kernel tensor argument: name, shape, dtype, the raw 32-bit value of its padding lanes."""
+
+    name: str
+    rows: int
+    cols: int
+    dtype: str = "fp32"
+    pad: int = 0
+    role: str = "in"
+
+
+def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dram_bytes: int,
+          bus_bytes: int) -> Compiled:
+    """Trace ``fn(*tensors, **params)`` for ``config`` and compile it; raises TileError with the
+    kernel's source line for what it refuses."""
+    t0 = time.perf_counter()
+    word_bytes = 4 * config.lanes
+    with tracing(config.lanes, word_bytes, config.vector) as tr:
+        refs: list[TensorRef] = []
+        for t in tensors:
+            if t.dtype not in _DTYPES:
+                raise TileError(f"tensor {t.name}: dtype must be one of {', '.join(_DTYPES)}, not {t.dtype!r}")
+            refs.append(tr.tensor(t.name, t.rows, t.cols, t.dtype, t.pad, t.role))
+        fn(*refs, **params)
+    if not any(op.kind == "store" for op in tr.ops):
+        raise TileError(f"kernel {name} stores nothing: its outputs would never be written")
+    c = compile_trace(name, tr.ops, tr.tensors, config, dram_bytes, bus_bytes)
+    c.compile_s = time.perf_counter() - t0
+    return c
+
+
+async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: int | None = None
+              ) -> dict[str, np.ndarray]:
+    """Run a compiled kernel: ``inputs`` by tensor name; returns the outputs by name (their dtype,
+    the padding lanes dropped)."""
+    lanes = dev.config.lanes
+    await dev.wait_idle(budget_cycles)
+    dev.dram.reset()
+    for t in c.tensors:
+        buf = dev.dram.alloc(t.nbytes, t.name)
+        if buf.addr != t.dram:
+            raise AssertionError(f"DRAM for {t.name} at {buf.addr:#x}, the compiler placed it at {t.dram:#x}")
+        if t.role == "in":
+            x = inputs[t.name]
+            if x.shape != (t.rows, t.cols):
+                raise ValueError(f"{t.name} has shape {x.shape}; the kernel was compiled for {(t.rows, t.cols)}")
+            dev.dram_write(buf, row_words(np.ascontiguousarray(x, _DTYPES[t.dtype]), lanes, t.pad).astype("<u4"))
+        elif t.role == "const":
+            dev.dram_write(buf, np.ascontiguousarray(t.data, "<u4"))
+    await dev.submit(c.commands, budget_cycles)
+    await dev.wait_idle(budget_cycles)
+    out = {}
+    for t in c.tensors:
+        if t.role == "out":
+            raw = dev.dram_read(t.dram, t.nbytes).view("<u4").reshape(t.rows, t.wpr * lanes)
+            out[t.name] = raw[:, :t.cols].copy().view(_DTYPES[t.dtype])
+    return out
+
+
+def units_busy_cycles(config, cmds: list[int]) -> int:
+    """The reduction and vector units' busy cycles for ``cmds`` if nothing waited: a REDUCE of
+    ``count`` words ``config.reduce_busy_cycles(count)``, a VEC ``count + 2`` (rtl/vector.py). The
+    vector roof of a kernel (the units run one at a time; kernels/roofline.py)."""
+    total = 0
+    for cmd in cmds:
+        d = decode(cmd)
+        if d["opcode"] == Opcode.REDUCE:
+            total += config.reduce_busy_cycles(d["length"])
+        elif d["opcode"] == Opcode.VEC:
+            total += d["length"] + 2
+    return total
+
+
+def dram_traffic(c: Compiled) -> int:
+    """Bytes the kernel's tensors hold in DRAM that the host wrote or will read: inputs, constants
+    and outputs once each (the compulsory traffic of the kernel as written)."""
+    return sum(t.nbytes for t in c.tensors)

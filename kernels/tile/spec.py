@@ -1,0 +1,173 @@
+"""One declaration per kernel: :class:`KernelSpec`, and the registry every surface reads.
+
+A kernel module in ``kernels/tiled/`` (or a module named in ``FIRSTLIGHT_KERNEL_MODULES``,
+comma-separated) declares ``SPEC = KernelSpec(...)``: its tile-language source, its typed
+parameters with ranges and defaults, its tensors, a seeded input generator, its golden (from
+``golden/``), what it needs of the chip and the ATen operator it implements. The command line
+(``firstlight run <kernel>``), the session (``chip.run_kernel``), the bench rows and the sweep's
+workload kinds are generated from :func:`registry`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .ir import TileError
+from .runtime import TensorSpec, build, run, units_busy_cycles
+
+__all__ = ["Param", "KernelSpec", "registry", "get", "run_spec", "KernelRefused"]
+
+
+class KernelRefused(ValueError):
+    """A kernel that cannot run with these parameters on this chip; the message says why."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """A typed kernel parameter: ``kind`` int, float, bool or str; ``lo``/``hi`` (numbers) or
+    ``choices`` (str) bound it. ``shape``: it is a problem dimension (it picks the tensors' shapes)."""
+
+    name: str
+    kind: type
+    default: object
+    help: str
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple = ()
+    shape: bool = False
+
+    def check(self, value):
+        """``value`` converted to the parameter's type, or ValueError saying what is accepted."""
+        if self.kind is bool:
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{self.name} must be true or false, not {value!r}")
+            return bool(value)
+        try:
+            v = self.kind(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.name} must be {self.kind.__name__}, not {value!r}") from None
+        if self.kind is int and (isinstance(value, float) and not float(value).is_integer()):
+            raise ValueError(f"{self.name} must be an integer, not {value!r}")
+        if self.kind is float and not np.isfinite(v):
+            raise ValueError(f"{self.name} must be a finite number, not {value!r}")
+        if self.choices and v not in self.choices:
+            raise ValueError(f"{self.name} must be one of {', '.join(map(str, self.choices))}, not {value!r}")
+        if (self.lo is not None and v < self.lo) or (self.hi is not None and v > self.hi):
+            raise ValueError(f"{self.name} must be in [{self.lo}, {self.hi}], not {value!r}")
+        return v
+
+    def describe(self) -> str:
+        rng = (f" one of {', '.join(map(str, self.choices))}" if self.choices else
+               f" in [{self.lo:g}, {self.hi:g}]" if self.lo is not None and self.hi is not None else "")
+        return f"{self.help}{rng} (default {self.default})"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything about one kernel, declared once.
+
+    ``source(*tensors, **kernel_args)`` is the tile-language function; ``tensors(p)`` its
+    tensors for parameters ``p`` (inputs first, then outputs); ``inputs(p, seed, extremes)`` the
+    seeded inputs by tensor name; ``golden(inputs, p, lanes)`` the chip's outputs, bit for bit;
+    ``reference(inputs, p)`` the mathematics in float64 (for SQNR), if any; ``kernel_args(p,
+    config)`` what the source takes besides its tensors (a tile size chosen for the chip)."""
+
+    name: str
+    summary: str
+    source: Callable
+    params: tuple[Param, ...]
+    tensors: Callable[[dict], list[TensorSpec]]
+    inputs: Callable[[dict, int, bool], dict]
+    golden: Callable[[dict, dict, int], dict]
+    kernel_args: Callable[[dict, object], dict]
+    reference: Callable[[dict, dict], dict] | None = None
+    needs: tuple[str, ...] = ("vector",)
+    units: tuple[str, ...] = ("CMDPROC", "DMA", "VECTOR")
+    aten: str | None = None  # the ATen operator it implements, e.g. "aten::_softmax"
+    bench: tuple[dict, ...] = ()  # parameter sets of its bench rows
+    examples: tuple[str, ...] = ()  # for --help
+    module: str = ""
+
+    def resolve(self, given: dict | None = None) -> dict:
+        """Every parameter checked, with defaults for those not given; unknown ones refused."""
+        given = dict(given or {})
+        known = {p.name: p for p in self.params}
+        bad = sorted(set(given) - set(known))
+        if bad:
+            raise ValueError(f"kernel {self.name} has no parameter {', '.join(bad)}; its parameters: "
+                             + ", ".join(known))
+        return {n: p.check(given.get(n, p.default)) for n, p in known.items()}
+
+    def refusal(self, config) -> str | None:
+        """Why this chip cannot run the kernel, or None."""
+        if "vector" in self.needs and not config.vector:
+            return f"{self.name} needs the vector unit, and this chip was built without it (vector=False)"
+        return None
+
+    def compile(self, params: dict, config, board):
+        """The compiled kernel for resolved ``params`` on ``config`` and ``board``."""
+        why = self.refusal(config)
+        if why:
+            raise KernelRefused(why)
+        return build(self.name, self.source, config, self.tensors(params), self.kernel_args(params, config),
+                     dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes)
+
+
+def _modules() -> list[str]:
+    from kernels import tiled
+
+    names = [f"kernels.tiled.{m.name}" for m in pkgutil.iter_modules(tiled.__path__) if not m.name.startswith("_")]
+    extra = [m.strip() for m in os.environ.get("FIRSTLIGHT_KERNEL_MODULES", "").split(",") if m.strip()]
+    return names + extra
+
+
+def registry() -> dict[str, KernelSpec]:
+    """Every declared kernel by name, in a stable order."""
+    out: dict[str, KernelSpec] = {}
+    for mod in _modules():
+        m = importlib.import_module(mod)
+        for spec in getattr(m, "SPECS", ()):
+            if spec.name in out:
+                raise TileError(f"kernel {spec.name} is declared twice: in {out[spec.name].module} and {mod}")
+            out[spec.name] = spec if spec.module else _with_module(spec, mod)
+    return out
+
+
+def _with_module(spec: KernelSpec, mod: str) -> KernelSpec:
+    from dataclasses import replace
+
+    return replace(spec, module=mod)
+
+
+def get(name: str) -> KernelSpec:
+    reg = registry()
+    if name not in reg:
+        raise KeyError(f"no kernel named {name!r}; the tile-language kernels: {', '.join(reg)}")
+    return reg[name]
+
+
+async def run_spec(dev, spec: KernelSpec, params: dict, inputs: dict, *, mitigations, budget_cycles=None):
+    """Run ``spec`` on the chip: returns (outputs by name, KernelStats)."""
+    from kernels.stats import Measure
+    from workarounds import Unit
+
+    compiled = spec.compile(params, dev.config, dev.board)
+    ins = [t for t in spec.tensors(params) if t.role == "in"]
+    compulsory = sum(4 * t.rows * t.cols for t in spec.tensors(params))
+    rows = params.get("rows", 0)
+    cols = params.get("cols", 0)
+    host = {"commands": len(compiled.commands), "waits": compiled.waits, "compile_s": round(compiled.compile_s, 4),
+            "tile_ops": len(compiled.ops)}
+    async with Measure(dev, spec.name, max(1, sum(t.rows * t.wpr for t in compiled.tensors if t.role == "in")),
+                       {"shape": [rows, cols], "host": host}, compulsory_bytes=compulsory, useful_macs=0,
+                       vector_cycles=units_busy_cycles(dev.config, compiled.commands)) as meas:
+        out = await run(dev, compiled, {t.name: inputs[t.name] for t in ins}, budget_cycles)
+        await dev.check_no_error()
+    meas.stats.add_errata(mitigations.report(tuple(Unit[u] for u in spec.units)))
+    return out, meas.stats

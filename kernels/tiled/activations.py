@@ -1,0 +1,60 @@
+"""SiLU and GELU (tanh form through the sigmoid): golden/activations.py's sequence of VECs."""
+
+from __future__ import annotations
+
+from golden.activations import ACTIVATION_CONSTANTS as C
+from kernels import tile
+
+
+def _sigmoid_times(x, t):
+    """x * 1 / (1 + e**t)"""
+    return x * tile.recip(tile.exp(t) + C["one"])
+
+
+def silu(x, out, *, rows: int):
+    for r in tile.pipeline(range(0, x.rows, rows), stages=2):
+        t = tile.load(x[r:r + rows])
+        tile.store(out[r:r + rows], _sigmoid_times(t, t * C["minus_one"]))
+
+
+def gelu(x, out, *, rows: int):
+    for r in tile.pipeline(range(0, x.rows, rows), stages=2):
+        t = tile.load(x[r:r + rows])
+        z = (t * t * t * C["gelu_cubic"] + t) * C["gelu_k"]
+        tile.store(out[r:r + rows], _sigmoid_times(t, z))
+
+
+# ---- declarations --------------------------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+from golden.activations import activation_reference, activation_rows  # noqa: E402
+from kernels.tile.runtime import TensorSpec  # noqa: E402
+from kernels.tile.spec import KernelSpec  # noqa: E402
+
+from ._rows import SHAPE, TILE_ROWS, tile_rows  # noqa: E402
+
+
+def _tensors(p):
+    return [TensorSpec("x", p["rows"], p["cols"]), TensorSpec("out", p["rows"], p["cols"], role="out")]
+
+
+def _inputs(p, seed, extremes):
+    """N(0, 3^2); ``extremes``: +-Inf, NaN, +-100, zeros and a subnormal first."""
+    x = (np.random.default_rng(seed).standard_normal((p["rows"], p["cols"])) * 3).astype(np.float32)
+    if extremes:
+        x.flat[:8] = np.array([np.inf, -np.inf, np.nan, 100, -100, 0.0, -0.0, 1e-40], np.float32)[:x.size]
+    return {"x": x}
+
+
+def _spec(kind, source, summary, aten):
+    return KernelSpec(
+        name=kind, summary=summary, source=source, params=(*SHAPE, TILE_ROWS), tensors=_tensors, inputs=_inputs,
+        golden=lambda i, p, lanes: {"out": activation_rows(kind, i["x"], lanes)},
+        reference=lambda i, p: {"out": activation_reference(kind, np.where(np.isfinite(i["x"]), i["x"], np.nan))},
+        kernel_args=lambda p, cfg: {"rows": tile_rows(source, _tensors, p, cfg)}, aten=aten,
+        bench=({"rows": 64, "cols": 256},), examples=("--rows 8 --cols 100",))
+
+
+SPECS = [_spec("silu", silu, "SiLU of every value: x * sigmoid(x)", "aten::silu"),
+         _spec("gelu", gelu, "GELU (tanh form) of every value", "aten::gelu")]
