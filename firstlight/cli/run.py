@@ -1,4 +1,5 @@
-"""``firstlight run gemm|reduce|softmax|layernorm|rmsnorm|attention``: one kernel on seeded random data, checked against its golden."""
+"""``firstlight run <kernel>``: one kernel on seeded random data, checked against its golden (the tile-language
+kernels' subcommands are generated from their declarations, kernels/tile/spec.py)."""
 
 from __future__ import annotations
 
@@ -96,37 +97,7 @@ def add_parser(subparsers) -> None:
     r.add_argument("--cols", type=positive, required=True, help="int32 values per row")
     r.add_argument("--op", choices=["sum", "max", "min"], required=True, help="the reduction: sum, max or min")
     _add_run_options(r)
-    sm = run_sub.add_parser(
-        "softmax", help="fp32 row softmax on the reduction and vector units (max, subtract, exp, sum, reciprocal)",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Seeded N(0, 4^2) logits (--extremes: -Inf entries, offsets of +1000 and -200, a row of -Inf "
-                    "only). Checked bit for bit against golden/softmax.py (the same algorithm in numpy) and by "
-                    "SQNR against float64.")
-    sm.add_argument("--rows", type=positive, required=True, help="rows (each one softmax)")
-    sm.add_argument("--cols", type=positive, required=True, help="values per row")
-    _add_run_options(sm)
-    for name, what in (("silu", "SiLU: x * sigmoid(x) = x / (1 + exp(-x))"),
-                       ("gelu", "GELU, tanh form: x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))")):
-        ac = run_sub.add_parser(
-            name, help=f"fp32 elementwise {what}", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-            description=f"{what}, as a fixed sequence of vector-unit operations (golden/activations.py gives the "
-                        "order). Seeded N(0, 3^2) values (--extremes: +-Inf, NaN, +-100, zeros, a subnormal). "
-                        "Checked bit for bit against golden/activations.py and by SQNR against float64 "
-                        "(GELU: the exact erf form, so the tanh approximation's own error counts).")
-        ac.add_argument("--rows", type=positive, required=True, help="rows")
-        ac.add_argument("--cols", type=positive, required=True, help="values per row")
-        _add_run_options(ac)
-    for name, what, eps in (("layernorm", "LayerNorm: (x - mean) / sqrt(var + eps) * gamma + beta, two passes", 1e-5),
-                            ("rmsnorm", "RMSNorm: x / sqrt(mean(x^2) + eps) * gamma", 1e-6)):
-        nm = run_sub.add_parser(
-            name, help=f"fp32 row {what}", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-            description=f"{what}, on the reduction and vector units. Seeded N(0, 3^2) rows, gamma near 1 and beta "
-                        "near 0 (--extremes: rows offset by 1e4 and constant rows). Checked bit for bit against "
-                        "golden/norms.py (the same operations in numpy) and by SQNR against float64.")
-        nm.add_argument("--rows", type=positive, required=True, help="rows (each normalised on its own)")
-        nm.add_argument("--cols", type=positive, required=True, help="values per row (the length of gamma)")
-        nm.add_argument("--eps", type=float, default=eps, help=f"added to the variance (default {eps:g})")
-        _add_run_options(nm)
+    _add_tile_kernels(run_sub)
     from golden.attention_recipes import ATTENTION_RECIPES
 
     at = run_sub.add_parser(
@@ -143,6 +114,51 @@ def add_parser(subparsers) -> None:
     at.add_argument("--recipe", type=_attention_recipe, default="int8", metavar="NAME",
                     help=f"how P and V are quantized: {', '.join(ATTENTION_RECIPES)} (default int8; see below)")
     _add_run_options(at)
+
+
+def _add_tile_kernels(run_sub) -> None:
+    """A subcommand per tile-language kernel, generated from its KernelSpec (kernels/tile/spec.py):
+    its parameters become options, with their ranges and defaults in the help."""
+    from kernels.tile.spec import registry
+
+    for spec in registry().values():
+        ex = "".join(f"\n  firstlight run {spec.name} {e}" for e in spec.examples)
+        sp = run_sub.add_parser(
+            spec.name, help=spec.summary, formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=(f"examples:{ex}\n\n" if ex else "") + EPILOG,
+            description=f"{spec.summary}. Written in the tile language ({spec.module}); seeded inputs from its "
+                        "declaration (--extremes: the hard cases it names), checked bit for bit against its golden "
+                        "and by SQNR against float64. --dump prints the compiled command stream, each command with "
+                        "the kernel line that made it, and runs nothing.")
+        for prm in spec.params:
+            flag = "--" + prm.name.replace("_", "-")
+            if prm.kind is bool:
+                sp.add_argument(flag, dest=f"tk_{prm.name}", action="store_true", help=prm.describe())
+            else:
+                sp.add_argument(flag, dest=f"tk_{prm.name}", type=prm.kind, required=prm.shape,
+                                default=None if prm.shape else prm.default, metavar=prm.name.upper(),
+                                help=prm.describe())
+        sp.add_argument("--dump", action="store_true", help="print the lowered command stream and exit")
+        sp.set_defaults(tile_spec=spec.name)
+        _add_run_options(sp)
+
+
+def _tile_kernel(args, variant):
+    """(job, kwargs, shape) of a tile-language kernel, its parameters checked and the kernel compiled
+    for this chip before anything is built (a refusal is exit 2, with the kernel line)."""
+    from firstlight.jobs import tile as tile_jobs
+    from kernels.tile.ir import TileError
+    from kernels.tile.spec import KernelRefused, get
+
+    spec = get(args.tile_spec)
+    given = {prm.name: getattr(args, f"tk_{prm.name}") for prm in spec.params}
+    try:
+        p = spec.resolve(given)
+        compiled = spec.compile(p, variant.config, variant.resolved_board)
+    except (ValueError, TileError, KernelRefused) as e:
+        raise CannotStart(f"run {spec.name}: {e}") from None
+    shape = " ".join(f"{k}={v}" for k, v in p.items() if k in ("rows", "cols"))
+    return tile_jobs.tile_job, {"kernel": spec.name, "params": p}, shape, compiled
 
 
 def _attention_recipe(text: str) -> str:
@@ -179,6 +195,12 @@ def _check_fits_dram(args, variant) -> None:
     """Refuse, before anything is built, a problem whose data cannot fit the board's DRAM (the
     kernels that stage everything at once) or the host's memory (inputs, golden, result: about
     16 bytes a value for the row kernels)."""
+    if getattr(args, "tile_spec", None):  # the compiler places its tensors in DRAM and refuses what does not fit
+        host = 16 * (getattr(args, "tk_rows", None) or 1) * (getattr(args, "tk_cols", None) or 1)
+        if host > _host_bytes() // 2:
+            raise CannotStart(f"the problem needs about {host:,} bytes of host memory, more than half of this "
+                              f"machine's {_host_bytes():,}; make the problem smaller")
+        return
     need = _dram_need(args, variant.config)
     if need is not None:
         nbytes, what = need
@@ -256,22 +278,11 @@ def cmd(args) -> int:
         job, kwargs = kernel_jobs.attention_job, {"seq": args.seq, "dim": args.dim, "causal": args.causal,
                                                   "recipe": args.recipe}
         shape = f"seq {args.seq} dim {args.dim}{' causal' if args.causal else ''} recipe {args.recipe}"
-    elif args.kernel in ("silu", "gelu"):
-        if not variant.config.vector:
-            raise CannotStart(f"{args.kernel} needs the vector unit, and this chip is built without it")
-        job, kwargs = kernel_jobs.activation_job, {"kind": args.kernel, "rows": args.rows, "cols": args.cols}
-        shape = f"{args.rows}x{args.cols}"
-    elif args.kernel in ("softmax", "layernorm", "rmsnorm"):
-        if not variant.config.vector:
-            raise CannotStart(f"{args.kernel} needs the vector unit, and this chip is built without it")
-        if args.kernel == "softmax":
-            job, kwargs = kernel_jobs.softmax_job, {"rows": args.rows, "cols": args.cols}
-        else:
-            if not (args.eps >= 0 and args.eps < float("inf")):
-                raise CannotStart(f"--eps must be a finite number >= 0, not {args.eps}")
-            job, kwargs = kernel_jobs.norm_job, {"kind": args.kernel[:-4], "rows": args.rows, "cols": args.cols,
-                                                 "eps": args.eps}
-        shape = f"{args.rows}x{args.cols}"
+    elif getattr(args, "tile_spec", None):
+        job, kwargs, shape, compiled = _tile_kernel(args, variant)
+        if args.dump:
+            console.print(plain(compiled.dump()), soft_wrap=True, highlight=False)
+            return EXIT_OK
     else:
         job, kwargs = kernel_jobs.reduce_job, {"rows": args.rows, "cols": args.cols, "op": args.op}
         shape = f"{args.rows}x{args.cols} {args.op}"

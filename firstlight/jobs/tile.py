@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import workarounds
+from kernels.tile.ir import TileError
 from kernels.tile.spec import get, run_spec
 
 from .checks import first_mismatch
@@ -57,3 +58,4 @@ async def tile_cases_job(dev, emit, cases: list, seed: int, errata_policy: dict 
                    | {"cycles": r["stats"]["cycles"], "roof_utilization": r["stats"].get("roof_utilization"),
                       "mitigations": r["stats"].get("mitigations", [])})
     return out
+

@@ -28,6 +28,7 @@ __all__ = ["Tile", "TensorRef", "TensorView", "Trace", "pipeline", "load", "stor
            "relu", "maximum", "minimum", "row_sum", "row_max", "scalar", "constant_row", "mask_tail", "current"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(os.path.dirname(_HERE))  # the project: kernel lines are named from here
 _STACK: list["Trace"] = []
 
 
@@ -45,7 +46,10 @@ def _caller_line() -> str:
         f = f.f_back
     if f is None:
         return "?"
-    return f"{os.path.relpath(f.f_code.co_filename)}:{f.f_lineno}"
+    path = os.path.abspath(f.f_code.co_filename)
+    if path.startswith(_ROOT + os.sep):
+        path = os.path.relpath(path, _ROOT)
+    return f"{path}:{f.f_lineno}"
 
 
 class Trace:

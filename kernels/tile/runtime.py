@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from golden.vector import row_words
-from rtl.isa import Opcode, decode
+
+from kernels.acc_pass import units_busy_cycles
 
 from .compiler import Compiled, compile_trace
 from .ir import TileError
@@ -83,20 +84,6 @@ async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: in
             raw = dev.dram_read(t.dram, t.nbytes).view("<u4").reshape(t.rows, t.wpr * lanes)
             out[t.name] = raw[:, :t.cols].copy().view(_DTYPES[t.dtype])
     return out
-
-
-def units_busy_cycles(config, cmds: list[int]) -> int:
-    """The reduction and vector units' busy cycles for ``cmds`` if nothing waited: a REDUCE of
-    ``count`` words ``config.reduce_busy_cycles(count)``, a VEC ``count + 2`` (rtl/vector.py). The
-    vector roof of a kernel (the units run one at a time; kernels/roofline.py)."""
-    total = 0
-    for cmd in cmds:
-        d = decode(cmd)
-        if d["opcode"] == Opcode.REDUCE:
-            total += config.reduce_busy_cycles(d["length"])
-        elif d["opcode"] == Opcode.VEC:
-            total += d["length"] + 2
-    return total
 
 
 def dram_traffic(c: Compiled) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 from .ir import TileError
 from .runtime import TensorSpec, build, run, units_busy_cycles
 
-__all__ = ["Param", "KernelSpec", "registry", "get", "run_spec", "KernelRefused"]
+__all__ = ["Param", "KernelSpec", "registry", "get", "run_spec", "call", "KernelRefused"]
 
 
 class KernelRefused(ValueError):
@@ -171,3 +171,16 @@ async def run_spec(dev, spec: KernelSpec, params: dict, inputs: dict, *, mitigat
         await dev.check_no_error()
     meas.stats.add_errata(mitigations.report(tuple(Unit[u] for u in spec.units)))
     return out, meas.stats
+
+
+async def call(dev, name: str, inputs: dict, *, mitigations, budget_cycles=None, **params):
+    """Run the kernel ``name`` on the arrays ``inputs`` (by tensor name; the first one's shape is
+    the problem's rows and cols): returns (its first output, KernelStats)."""
+    spec = get(name)
+    first = next(iter(inputs.values()))
+    p = spec.resolve({"rows": first.shape[0], "cols": first.shape[1], **params})
+    why = spec.refusal(dev.config)
+    if why:
+        raise ValueError(why)
+    outs, stats = await run_spec(dev, spec, p, inputs, mitigations=mitigations, budget_cycles=budget_cycles)
+    return next(iter(outs.values())), stats
