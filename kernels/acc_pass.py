@@ -1,7 +1,7 @@
 """One pass of a row kernel through the accumulator SRAM: words in by DMA, commands, words out.
 
-The vector kernels (kernels/vector.py, softmax.py, norms.py) all work the same way on a chunk
-of rows: the host puts the chunk's words (and any constants) in DRAM, one DMA_LOAD brings them
+The elementwise kernel (kernels/vector.py) works this way on a chunk of rows (the row kernels
+are tile-language kernels, kernels/tiled/, double-buffered by the compiler): the host puts the chunk's words (and any constants) in DRAM, one DMA_LOAD brings them
 to ACC word 0 and signals AUX, the kernel's commands run (the first waits AUX, the last signals
 AUX_FREE), and one DMA_STORE takes ``out_words`` words from ACC word 0 back to DRAM. Chunks run
 one after the other (the next chunk's load does not overlap this chunk's work yet).
@@ -16,7 +16,7 @@ from rtl.memories import Region
 
 from .dma_stream import SEM
 
-__all__ = ["acc_pass", "units_busy_cycles", "chunked_busy_cycles"]
+__all__ = ["acc_pass", "units_busy_cycles"]
 
 
 async def acc_pass(dev, words: np.ndarray, body: list[int], out_words: int, host: dict,
@@ -70,11 +70,3 @@ def units_busy_cycles(cfg, cmds: list[int]) -> int:
         elif d["opcode"] == Opcode.VEC:
             total += d["length"] + 2
     return total
-
-
-def chunked_busy_cycles(cfg, rows: int, per_chunk: int, stream_for) -> int:
-    """:func:`units_busy_cycles` of a row kernel that runs ``rows`` in chunks of ``per_chunk``
-    (``stream_for(n)``: the commands of a chunk of ``n`` rows): its vector roof."""
-    full, last = divmod(rows, per_chunk)
-    busy = full * units_busy_cycles(cfg, stream_for(per_chunk))
-    return busy + (units_busy_cycles(cfg, stream_for(last)) if last else 0)
