@@ -22,11 +22,11 @@ REGRESS_WORKLOADS = (
 def regress_specs(revisions: list[str], sims: list[str], seeds: list[int], workloads=REGRESS_WORKLOADS) -> list[Spec]:
     """One spec per simulator: the revisions as the grid, each workload once per seed (named
     ``<workload>-seed<N>``)."""
-    from .spec import WORKLOAD_KINDS
+    from .spec import workload_kinds
 
     tables = []
     for w in workloads:
-        kind = WORKLOAD_KINDS[w["kind"]]
+        kind = workload_kinds()[w["kind"]]
         p = {**kind.optional, **{k: v for k, v in w.items() if k != "kind"}}
         for s in seeds:
             tables.append({**w, "seed": s, "name": f"{default_name(w['kind'], p)}-seed{s}"})

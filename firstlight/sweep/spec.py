@@ -42,7 +42,7 @@ from cosim.build import Variant
 from rtl.board import BoardConfig
 from rtl.config import FORMAT_NAMES, ChipConfig
 
-__all__ = ["SpecError", "Spec", "Design", "Workload", "load_spec", "parse_spec", "GRID_KEYS", "WORKLOAD_KINDS",
+__all__ = ["SpecError", "Spec", "Design", "Workload", "load_spec", "parse_spec", "GRID_KEYS", "WORKLOAD_KINDS", "workload_kinds",
            "not_applicable"]
 
 
@@ -213,16 +213,24 @@ WORKLOAD_KINDS = {
                       "(int8-*, fp8-*, mxfp8-*, mxfp4-*); an FP recipe needs its format on the chip"),
     "attention": Kind(("seq", "dim"), {"causal": False, "recipe": "int8"}, vector=True,
                       summary="single-head flash attention"),
-    "softmax": Kind(("rows", "cols"), vector=True, summary="fp32 row softmax"),
-    "layernorm": Kind(("rows", "cols"), {"eps": 1e-5}, vector=True, summary="fp32 LayerNorm per row"),
-    "rmsnorm": Kind(("rows", "cols"), {"eps": 1e-6}, vector=True, summary="fp32 RMSNorm per row"),
-    "silu": Kind(("rows", "cols"), vector=True, summary="fp32 SiLU"),
-    "gelu": Kind(("rows", "cols"), vector=True, summary="fp32 GELU (tanh form)"),
     "reduce": Kind(("rows", "cols", "op"), summary="int32 row reduction (op: sum, max, min)"),
     "bringup": Kind((), summary="the whole first-light checklist, one verdict (firstlight regress runs it)"),
 }
 
 _POSITIVE = {"m", "n", "k", "seq", "dim", "rows", "cols"}
+
+
+def workload_kinds() -> dict[str, Kind]:
+    """The hand-declared kinds above and one per tile-language kernel, from its KernelSpec (its
+    shape parameters required, the others optional with their defaults)."""
+    from kernels.tile.spec import registry
+
+    out = dict(WORKLOAD_KINDS)
+    for spec in registry().values():
+        out[spec.name] = Kind(tuple(p.name for p in spec.params if p.shape),
+                              {p.name: p.default for p in spec.params if not p.shape},
+                              vector="vector" in spec.needs, summary=spec.summary)
+    return out
 
 
 @dataclass(frozen=True)
@@ -263,10 +271,11 @@ def _workload(table, i: int, seed: int) -> Workload:
         raise SpecError(f"{where} must be a table ([[workload]] with kind = ... and its parameters), not {table!r}")
     t = dict(table)
     kind = t.pop("kind", None)
-    if kind not in WORKLOAD_KINDS:
-        raise SpecError(f"{where}: kind {kind!r} is not a workload kind{_did_you_mean(str(kind), WORKLOAD_KINDS)}; "
-                        f"known: {', '.join(WORKLOAD_KINDS)}")
-    k = WORKLOAD_KINDS[kind]
+    kinds = workload_kinds()
+    if kind not in kinds:
+        raise SpecError(f"{where}: kind {kind!r} is not a workload kind{_did_you_mean(str(kind), kinds)}; "
+                        f"known: {', '.join(kinds)}")
+    k = kinds[kind]
     where = f"{where} ({kind})"
     name = t.pop("name", None)
     wseed = t.pop("seed", seed)
@@ -289,8 +298,13 @@ def _workload(table, i: int, seed: int) -> Workload:
         raise SpecError(f"{where}: op must be sum, max or min, not {p['op']!r}")
     if kind == "gemm" and p["epilogue"] not in (None, "requant", "relu"):
         raise SpecError(f"{where}: epilogue must be \"requant\" or \"relu\" (or absent), not {p['epilogue']!r}")
-    if kind in ("layernorm", "rmsnorm") and not (isinstance(p["eps"], (int, float)) and 0 <= p["eps"] < math.inf):
-        raise SpecError(f"{where}: eps must be a finite number >= 0, not {p['eps']!r}")
+    if kind not in WORKLOAD_KINDS:  # a tile-language kernel: its declaration checks its parameters
+        from kernels.tile.spec import get
+
+        try:
+            p = get(kind).resolve(p)
+        except ValueError as e:
+            raise SpecError(f"{where}: {e}") from None
     if kind == "gemm_lowp":
         from golden.quant import RECIPES
 
@@ -327,7 +341,7 @@ def not_applicable(design: Design, w: Workload) -> str | None:
     """Why ``w`` cannot run on ``design`` (the design lacks something it needs), or None."""
     cfg, p = design.variant.config, w.p
     board = design.variant.resolved_board
-    if (WORKLOAD_KINDS[w.kind].vector or (w.kind == "gemm" and p["epilogue"])) and not cfg.vector:
+    if (workload_kinds()[w.kind].vector or (w.kind == "gemm" and p["epilogue"])) and not cfg.vector:
         return "needs the vector unit"
     if w.kind == "gemm" and p["epilogue"]:
         from kernels.epilogue import max_columns

@@ -149,12 +149,12 @@ def job_for(kind: str, p: dict, seed: int):
     if kind == "attention":
         return k.attention_job, {"seq": p["seq"], "dim": p["dim"], "causal": p["causal"], "recipe": p["recipe"],
                                  "seed": seed}
-    if kind == "softmax":
-        return k.softmax_job, {"rows": p["rows"], "cols": p["cols"], "seed": seed}
-    if kind in ("layernorm", "rmsnorm"):
-        return k.norm_job, {"kind": kind[:-4], "rows": p["rows"], "cols": p["cols"], "eps": p["eps"], "seed": seed}
-    if kind in ("silu", "gelu"):
-        return k.activation_job, {"kind": kind, "rows": p["rows"], "cols": p["cols"], "seed": seed}
+    from kernels.tile.spec import registry
+
+    if kind in registry():
+        from firstlight.jobs.tile import tile_job
+
+        return tile_job, {"kernel": kind, "params": dict(p), "seed": seed}
     if kind == "reduce":
         return k.reduce_job, {"rows": p["rows"], "cols": p["cols"], "op": p["op"], "seed": seed}
     if kind == "bringup":

@@ -225,7 +225,8 @@ def _place(order: list[Op], config) -> tuple[list[Storage], dict[str, int]]:
             hole = (holes[-1] if top else holes[0]) if holes else None
             if hole is None:
                 biggest = max((h[1] - h[0] for h in free[s.region]), default=0)
-                held = ", ".join(f"{x.name} {x.words} ({x.line})" for x in live if x.region == s.region)
+                held = ", ".join(f"{x.name} {x.words} ({x.line})" for x in live if x.region == s.region) \
+                    or "nothing else"
                 raise TileError(
                     f"{s.line}: the tile {s.name} needs {s.words} words of {s.region}, but only {biggest} "
                     f"contiguous words are left of {depth[s.region]} (live: {held}); use fewer rows per tile "

@@ -163,7 +163,7 @@ async def run_spec(dev, spec: KernelSpec, params: dict, inputs: dict, *, mitigat
     rows = params.get("rows", 0)
     cols = params.get("cols", 0)
     host = {"commands": len(compiled.commands), "waits": compiled.waits, "compile_s": round(compiled.compile_s, 4),
-            "tile_ops": len(compiled.ops)}
+            "tile_ops": len(compiled.ops), "chunks": sum(op.kind == "store" for op in compiled.ops)}
     async with Measure(dev, spec.name, max(1, sum(t.rows * t.wpr for t in compiled.tensors if t.role == "in")),
                        {"shape": [rows, cols], "host": host}, compulsory_bytes=compulsory, useful_macs=0,
                        vector_cycles=units_busy_cycles(dev.config, compiled.commands)) as meas:
