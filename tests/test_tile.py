@@ -255,10 +255,11 @@ def test_a_kernel_declared_in_a_new_module_reaches_every_generated_surface(tmp_p
     from firstlight.sweep.spec import SpecError, parse_spec, workload_kinds
 
     assert "toydouble" in workload_kinds()
-    spec = parse_spec({"name": "t", "workload": [{"kind": "toydouble", "rows": 4, "cols": 8}]})
+    spec = parse_spec({"name": "t", "grid": {"array": "4x4"}, "workload": [{"kind": "toydouble", "rows": 4, "cols": 8}]})
     assert spec.workloads[0].p["tile_rows"] == 2
     with pytest.raises(SpecError, match="tile_rows must be in"):
-        parse_spec({"name": "t", "workload": [{"kind": "toydouble", "rows": 4, "cols": 8, "tile_rows": 0}]})
+        parse_spec({"name": "t", "grid": {"array": "4x4"},
+                    "workload": [{"kind": "toydouble", "rows": 4, "cols": 8, "tile_rows": 0}]})
 
 
 def test_errors_name_the_kernel_line(tmp_path, monkeypatch):
