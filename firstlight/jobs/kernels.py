@@ -182,22 +182,23 @@ async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, 
             "sqnr_db": sqnr_db(attention_reference(q, k, v, causal), got.astype(np.float64))}
 
 
-async def vector_bench_job(dev, emit, attention: list, rows: list, seed: int) -> dict:
-    """The vector-unit kernels for ``firstlight bench``: attention per (seq, dim, causal), and
-    softmax, LayerNorm and RMSNorm per (rows, cols); a record each as soon as it finishes."""
+async def vector_bench_job(dev, emit, attention: list, kernels: list, seed: int) -> dict:
+    """The vector-unit kernels for ``firstlight bench``: attention per (seq, dim, causal), and each
+    tile-language kernel per [name, params] (``firstlight.cli.bench.row_kernel_cases``: the
+    KernelSpecs' bench entries) through ``tile_job``, the job of ``firstlight run <kernel>``; a
+    record each as soon as it finishes."""
+    from .tile import shape_label, tile_job
+
     n = 0
     for seq, dim, causal in attention:
         r = await attention_job(dev, emit, seq, dim, causal, seed)
         emit({"type": "vector_bench", "kernel": "attention" + (" causal" if causal else ""),
               "shape": f"seq {seq} dim {dim}", **r, "trace": None})
         n += 1
-    for nrows, cols in rows:
-        for name, run in (("softmax", lambda: softmax_job(dev, emit, nrows, cols, seed)),
-                          ("layernorm", lambda: norm_job(dev, emit, "layer", nrows, cols, seed, 1e-5)),
-                          ("rmsnorm", lambda: norm_job(dev, emit, "rms", nrows, cols, seed, 1e-6))):
-            r = await run()
-            emit({"type": "vector_bench", "kernel": name, "shape": f"{nrows}x{cols}", **r, "trace": None})
-            n += 1
+    for name, params in kernels:
+        r = await tile_job(dev, emit, name, params, seed)
+        emit({"type": "vector_bench", **r, "shape": shape_label(name, r["params"]), "trace": None})
+        n += 1
     return {"runs": n}
 
 

@@ -5,7 +5,11 @@
 ``cosim/job_entry.py``, the errata attached once (``workarounds.attach``, the revision read from
 REV). The job connects to the caller's socket and then, per request, reads one message
 (:mod:`firstlight.session.wire`), awaits the same kernel function a ``firstlight run`` job awaits
-(``kernels.gemm.gemm``, ``kernels.lowp.gemm_lowp``, ``kernels.softmax.softmax``, ...) and answers.
+(``kernels.gemm.gemm``, ``kernels.lowp.gemm_lowp``, ...) and answers. Every tile-language kernel
+(kernels/tile/spec.py) is one request, ``"kernel"``, carrying the kernel's name, its inputs by
+tensor name and its parameters, run by ``kernels.tile.spec.run_spec`` like ``firstlight run
+<kernel>``; the hello lists them (:func:`kernel_catalogue`), so the caller's methods are this
+process's registry, the one that runs them.
 
 The read blocks the simulator process, which is what a session wants: cocotb pauses simulated
 time while a task runs, and time only moves on when the task awaits a trigger, so the chip
@@ -37,7 +41,7 @@ import workarounds
 from cosim.device import DeviceError, DeviceTimeout
 from firstlight.session.wire import PeerClosed, recv_message, send_message
 
-__all__ = ["serve_session", "OPS"]
+__all__ = ["serve_session", "OPS", "kernel_catalogue", "kernel_arguments"]
 
 
 def _stats(st) -> dict:
@@ -64,28 +68,6 @@ async def _gemm_lowp(dev, mit, arrays, recipe, k_chunk=None, budget_cycles=None)
     return {"sqnr_db": r.sqnr_db, "max_abs": r.max_abs}, {"c": r.c}, r.stats
 
 
-async def _softmax(dev, mit, arrays, budget_cycles=None):
-    from kernels.softmax import softmax
-
-    y, st = await softmax(dev, arrays["x"], mitigations=mit, budget_cycles=budget_cycles)
-    return {}, {"y": y}, st
-
-
-async def _layer_norm(dev, mit, arrays, eps, budget_cycles=None):
-    from kernels.norms import layer_norm
-
-    y, st = await layer_norm(dev, arrays["x"], arrays["gamma"], arrays["beta"], eps, mitigations=mit,
-                             budget_cycles=budget_cycles)
-    return {}, {"y": y}, st
-
-
-async def _rms_norm(dev, mit, arrays, eps, budget_cycles=None):
-    from kernels.norms import rms_norm
-
-    y, st = await rms_norm(dev, arrays["x"], arrays["gamma"], eps, mitigations=mit, budget_cycles=budget_cycles)
-    return {}, {"y": y}, st
-
-
 async def _attention(dev, mit, arrays, causal=False, recipe="int8", budget_cycles=None):
     from kernels.attention import attention
 
@@ -102,18 +84,103 @@ async def _elementwise(dev, mit, arrays, op, broadcast="none", budget_cycles=Non
     return {}, {"y": y}, st
 
 
-async def _activation(dev, mit, arrays, kind, budget_cycles=None):
-    from kernels.activations import activation
-
-    y, st = await activation(dev, arrays["x"], kind, mitigations=mit, budget_cycles=budget_cycles)
-    return {}, {"y": y}, st
-
-
 async def _reduce(dev, mit, arrays, op, budget_cycles=None):
     from kernels.reduce import reduce_rows
 
     y, st = await reduce_rows(dev, arrays["x"], op, mitigations=mit, budget_cycles=budget_cycles)
     return {}, {"y": np.asarray(y)}, st
+
+
+def _taken_from_shape(spec) -> tuple[str, ...]:
+    """The parameters a session call takes from its first input's shape (rows, cols), not from
+    the caller: a shape given twice could disagree."""
+    names = {p.name for p in spec.params}
+    return tuple(n for n in ("rows", "cols") if n in names)
+
+
+def kernel_catalogue() -> tuple[dict, str | None]:
+    """(every registered tile-language kernel by name: its inputs, outputs, the parameters a
+    caller may pass with their defaults and help, the ones taken from the first input's shape;
+    None and why, if the registry does not load). Sent in the hello: the caller's generated
+    methods are the kernels this process can run. A registry that fails to load (a module of
+    FIRSTLIGHT_KERNEL_MODULES that does not import here) leaves the rest of the session working."""
+    from kernels.tile.spec import registry
+
+    try:
+        reg = registry()
+        out = {}
+        for spec in reg.values():
+            ts = spec.tensors(spec.resolve())
+            taken = _taken_from_shape(spec)
+            out[spec.name] = {"summary": spec.summary, "module": spec.module,
+                              "inputs": [t.name for t in ts if t.role == "in"],
+                              "outputs": [t.name for t in ts if t.role == "out"], "from_shape": list(taken),
+                              "params": {p.name: {"default": p.default, "help": p.describe()}
+                                         for p in spec.params if p.name not in taken}}
+        return out, None
+    except Exception as e:  # noqa: BLE001 - reported to the caller, who may not need any kernel
+        return None, f"{type(e).__name__}: {e}"
+
+
+def kernel_arguments(spec, arrays: dict[str, np.ndarray], given: dict) -> tuple[dict, dict[str, np.ndarray]]:
+    """(resolved parameters, inputs by tensor name as the kernel takes them) of one call, or a
+    ValueError/TypeError saying what was wrong and what is accepted. ``rows``/``cols`` come from
+    the first input's shape; a (1, C) tensor may be given as (C,). The dtypes are checked here:
+    the runtime would convert a float64 array silently."""
+    from kernels.tile.runtime import _DTYPES
+
+    taken = _taken_from_shape(spec)
+    twice = [n for n in given if n in taken]
+    if twice:
+        raise ValueError(f"kernel {spec.name}: {', '.join(twice)} come from the shape of its first input; "
+                         "do not pass them")
+    p = spec.resolve(given)  # unknown or out-of-range parameters refused, naming the accepted ones
+    names = [t.name for t in spec.tensors(p) if t.role == "in"]
+    missing, extra = [n for n in names if n not in arrays], [n for n in arrays if n not in names]
+    if missing or extra:
+        what = "; ".join(([f"it needs {', '.join(missing)}"] if missing else [])
+                         + ([f"it has no input {', '.join(extra)}"] if extra else []))
+        raise TypeError(f"kernel {spec.name}: {what}; its inputs: {', '.join(names)}")
+    first = arrays[names[0]]
+    if taken:
+        if first.ndim != 2:
+            raise ValueError(f"kernel {spec.name}: {names[0]} must be 2-D (its shape gives {', '.join(taken)}), "
+                             f"got shape {first.shape}")
+        try:
+            p = spec.resolve({**given, **dict(zip(taken, first.shape))})
+        except ValueError as e:
+            raise ValueError(f"kernel {spec.name}: {e} (from the shape of {names[0]}, {first.shape})") from None
+    ins = {}
+    for t in spec.tensors(p):
+        if t.role != "in":
+            continue
+        a, want = arrays[t.name], np.dtype(_DTYPES[t.dtype])
+        if a.dtype != want:
+            raise TypeError(f"kernel {spec.name}: {t.name} must have dtype {want.name} ({t.dtype}), got {a.dtype}")
+        if t.rows == 1 and a.shape == (t.cols,):
+            a = a.reshape(1, t.cols)
+        if a.shape != (t.rows, t.cols):
+            alt = f" or ({t.cols},)" if t.rows == 1 else ""
+            raise ValueError(f"kernel {spec.name}: {t.name} must have shape ({t.rows}, {t.cols}){alt} for "
+                             f"{names[0]} of shape {first.shape}, got {a.shape}")
+        ins[t.name] = a
+    return p, ins
+
+
+async def _kernel(dev, mit, arrays, name, params=None, budget_cycles=None):
+    """A tile-language kernel by name: the inputs checked (:func:`kernel_arguments`), then
+    ``run_spec``, the function ``firstlight run <kernel>`` awaits. Answers its outputs by name."""
+    from kernels.tile.spec import registry, run_spec
+
+    reg = registry()
+    if name not in reg:
+        raise ValueError(f"no tile-language kernel named {name!r}; this session's kernels: {', '.join(reg)}")
+    spec = reg[name]
+    if not isinstance(params or {}, dict):
+        raise TypeError(f"kernel {name}: params must be a dict of parameter values, not {type(params).__name__}")
+    p, ins = kernel_arguments(spec, arrays, params or {})
+    outs, st = await run_spec(dev, spec, p, ins, mitigations=mit, budget_cycles=budget_cycles)
+    return {}, outs, st
 
 
 async def _read_csr(dev, mit, arrays, reg):
@@ -146,10 +213,9 @@ async def _crash(dev, mit, arrays, how="abort"):
     return {}, {}, None  # not reached
 
 
-OPS = {"ping": _ping, "gemm": _gemm, "gemm_lowp": _gemm_lowp, "softmax": _softmax, "layer_norm": _layer_norm,
-       "rms_norm": _rms_norm, "attention": _attention, "elementwise": _elementwise, "activation": _activation,
-       "reduce": _reduce, "read_csr": _read_csr, "write_csr": _write_csr, "perf": _perf, "submit": _submit,
-       "crash": _crash}
+OPS = {"ping": _ping, "gemm": _gemm, "gemm_lowp": _gemm_lowp, "kernel": _kernel, "attention": _attention,
+       "elementwise": _elementwise, "reduce": _reduce, "read_csr": _read_csr, "write_csr": _write_csr,
+       "perf": _perf, "submit": _submit, "crash": _crash}
 """Request name -> handler ``(dev, mitigations, arrays, **args) -> (values, arrays, KernelStats or None)``."""
 
 
@@ -168,10 +234,12 @@ async def serve_session(dev, emit, address: str, token: str, errata_policy: dict
         dev.watchdog_cycles = int(watchdog_cycles)
     sock = _connect(address.replace("@", "\0", 1) if address.startswith("@") else address)
     res = mit.resolution
+    kernels, kernels_error = kernel_catalogue()
     send_message(sock, {"token": token, "pid": os.getpid(), "pgid": os.getpgid(0), "revision": dev.revision,
                         "config": dev.config.as_dict(), "board": dev.board.as_dict(),
                         "errata": {"active": sorted(res.active), "status": res.status, "warnings": res.warnings,
-                                   "inapplicable": mit.inapplicable or {}}})
+                                   "inapplicable": mit.inapplicable or {}},
+                        "kernels": kernels, "kernels_error": kernels_error})
     served = 0
     try:
         while True:

@@ -12,7 +12,7 @@ from kernels.tile.spec import get, run_spec
 from .checks import first_mismatch
 from .kernels import _traced
 
-__all__ = ["tile_job", "tile_cases_job", "compare"]
+__all__ = ["tile_job", "tile_cases_job", "compare", "shape_label"]
 
 
 def compare(spec, p: dict, ins: dict, outs: dict, lanes: int) -> tuple[dict | None, float | None]:
@@ -35,6 +35,21 @@ def compare(spec, p: dict, ins: dict, outs: dict, lanes: int) -> tuple[dict | No
         ok = np.isfinite(r)
         sq = sqnr_db(r[ok], got[ok]) if ok.any() else None
     return mismatch, sq
+
+
+def shape_label(kernel: str, p: dict) -> str:
+    """How a table names one run of ``kernel`` with resolved ``p``: ``RxC`` (or its other shape
+    parameters), then any parameter not at its default, so that two bench entries of one kernel
+    never share a label."""
+    spec = get(kernel)
+    dims = [prm.name for prm in spec.params if prm.shape]
+    parts = []
+    if "rows" in dims and "cols" in dims:
+        parts.append(f"{p['rows']}x{p['cols']}")
+        dims = [d for d in dims if d not in ("rows", "cols")]
+    parts += [f"{d}={p[d]}" for d in dims]
+    parts += [f"{prm.name}={p[prm.name]}" for prm in spec.params if not prm.shape and p[prm.name] != prm.default]
+    return " ".join(parts)
 
 
 async def tile_job(dev, emit, kernel: str, params: dict, seed: int, extremes: bool = False,

@@ -6,6 +6,8 @@
     with firstlight.open(rev="B0", array="4x4") as chip:
         c, stats = chip.gemm(a, b)          # int8 numpy in, int32 numpy out, KernelStats
         y, stats = chip.softmax(x)
+        y, stats = chip.rmsnorm(x, gamma, eps=1e-6)   # any tile-language kernel, by its name
+        outs, stats = chip.run_kernel("layernorm", x=x, gamma=g, beta=b)
         print(chip.read_csr("STATUS"), chip.perf()["CYCLES"])
 
 :func:`open` builds the chip (cached), starts one simulator process and returns a
@@ -13,6 +15,13 @@
 :func:`cosim.jobs.run_job`, the path every job takes, and each call awaits the same kernel
 function a ``firstlight run`` job awaits: there is one way to run a kernel. Arrays cross as raw
 buffers over a Unix socket (:mod:`firstlight.session.wire`).
+
+Every tile-language kernel (kernels/tile/spec.py, ``kernels.tile.spec.registry()``) is a method:
+:meth:`Session.run_kernel` by name, and an attribute per kernel (``chip.silu(x)``,
+``chip.layernorm(x, gamma, beta, eps=1e-5)``, a kernel added through FIRSTLIGHT_KERNEL_MODULES
+too) generated from the list the simulator process sends when it starts (``chip.kernels``): the
+registry of the process that runs them. ``softmax``, ``layer_norm``, ``rms_norm`` and
+``activation`` are the same path under their older names and signatures.
 
 Errors:
 
@@ -33,6 +42,7 @@ process. Two sessions are two processes and do not share anything.
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import shutil
 import signal
@@ -164,6 +174,11 @@ class Session:
     last_handler_s : float or None
         Wall time the last call spent in the simulator process's handler (the kernel, its host
         side included); a round trip minus this is the session's own overhead.
+    kernels : dict or None
+        The tile-language kernels the simulator process can run, by name: ``inputs``,
+        ``outputs``, ``params`` (what a call may pass, with ``default`` and ``help``) and
+        ``from_shape`` (taken from the first input's shape); None if its registry failed to load
+        (``kernels_error`` says why; the other calls still work).
     """
 
     def __init__(self, *, rev="A0", sim="verilator", array="4x4", config=None, formats=None, vector=None,
@@ -252,6 +267,7 @@ class Session:
         self.config = ChipConfig(**{**hello["config"], "formats": tuple(hello["config"]["formats"])})
         self.board = hello["board"]
         self.errata = hello["errata"]
+        self.kernels, self.kernels_error = hello.get("kernels"), hello.get("kernels_error")
 
     def _ended_error(self, when: str) -> SessionError:
         """The error for a simulator that ended (the run_job thread has finished or is finishing)."""
@@ -391,19 +407,19 @@ class Session:
         return out["c"], st
 
     def softmax(self, x: np.ndarray, *, budget_cycles: int | None = None):
-        """Row softmax of fp32 (R, C) on the vector unit: ``(fp32 (R, C), KernelStats)``."""
-        _, out, st = self.call("softmax", {"x": _arr(x)}, budget_cycles=budget_cycles)
-        return out["y"], st
+        """Row softmax of fp32 (R, C) on the vector unit: ``(fp32 (R, C), KernelStats)`` (the
+        tile-language kernel ``softmax``, through :meth:`run_kernel`)."""
+        return self.run_kernel("softmax", _arr(x, "x"), budget_cycles=budget_cycles)
 
     def layer_norm(self, x, gamma, beta, eps: float = 1e-5, *, budget_cycles: int | None = None):
-        _, out, st = self.call("layer_norm", {"x": _arr(x), "gamma": _arr(gamma), "beta": _arr(beta)},
-                               eps=float(eps), budget_cycles=budget_cycles)
-        return out["y"], st
+        """LayerNorm of every row of fp32 (R, C), ``gamma``/``beta`` (C,): the kernel ``layernorm``."""
+        return self.run_kernel("layernorm", _arr(x, "x"), _arr(gamma, "gamma"), _arr(beta, "beta"), eps=float(eps),
+                               budget_cycles=budget_cycles)
 
     def rms_norm(self, x, gamma, eps: float = 1e-6, *, budget_cycles: int | None = None):
-        _, out, st = self.call("rms_norm", {"x": _arr(x), "gamma": _arr(gamma)}, eps=float(eps),
+        """RMSNorm of every row of fp32 (R, C), ``gamma`` (C,): the kernel ``rmsnorm``."""
+        return self.run_kernel("rmsnorm", _arr(x, "x"), _arr(gamma, "gamma"), eps=float(eps),
                                budget_cycles=budget_cycles)
-        return out["y"], st
 
     def attention(self, q, k, v, *, causal: bool = False, recipe: str = "int8", budget_cycles: int | None = None):
         """Flash attention of fp32 (S, D) q, k, v (kernels.attention): ``(fp32 (S, D), KernelStats)``."""
@@ -421,14 +437,69 @@ class Session:
         return self.elementwise("relu", x, budget_cycles=budget_cycles)
 
     def activation(self, x, kind: str, *, budget_cycles: int | None = None):
-        """SiLU (``"silu"``) or tanh-GELU (``"gelu"``) on the vector unit (kernels.activations)."""
-        _, out, st = self.call("activation", {"x": _arr(x)}, kind=kind, budget_cycles=budget_cycles)
-        return out["y"], st
+        """SiLU (``"silu"``) or tanh-GELU (``"gelu"``) on the vector unit: the kernel of that name."""
+        from golden.activations import ACTIVATIONS
+
+        if kind not in ACTIVATIONS:
+            raise ValueError(f"kind must be one of {', '.join(ACTIVATIONS)}, got {kind!r}")
+        return self.run_kernel(kind, _arr(x, "x"), budget_cycles=budget_cycles)
 
     def reduce(self, x, op: str, *, budget_cycles: int | None = None):
         """Row reductions of int32 (R, C): SUM (wrapping), MAX, MIN (kernels.reduce)."""
         _, out, st = self.call("reduce", {"x": _arr(x)}, op=op, budget_cycles=budget_cycles)
         return out["y"], st
+
+    # ---- the tile-language kernels, generated from the registry -------------------------------
+    def run_kernel(self, name: str, /, *arrays: np.ndarray, budget_cycles: int | None = None, **inputs_and_params):
+        """Run the tile-language kernel ``name`` (``chip.kernels``): its input arrays by position
+        (in the order of its declaration) or by tensor name, its parameters by name; ``rows`` and
+        ``cols`` come from the first input's shape. Returns ``(output, KernelStats)``, the output
+        an array for a kernel with one, else a dict by tensor name. The simulator process checks
+        the arrays (dtype, shape) and the parameters (range) and runs ``kernels.tile.spec.run_spec``,
+        the function ``firstlight run <kernel>`` runs; a refusal is a ValueError or TypeError
+        naming what is accepted."""
+        k = self._kernel_info(name)
+        inputs, params = k["inputs"], k["params"]
+        if len(arrays) > len(inputs):
+            raise TypeError(f"kernel {name} takes {len(inputs)} input array(s) ({', '.join(inputs)}), "
+                            f"{len(arrays)} given")
+        ins, ps = dict(zip(inputs, arrays)), {}
+        for key, v in inputs_and_params.items():
+            if key in params:
+                ps[key] = v
+            elif key in inputs:
+                if key in ins:
+                    raise TypeError(f"kernel {name} got its input {key} twice: by position and by name")
+                ins[key] = v
+            else:
+                raise TypeError(f"kernel {name} has no input or parameter {key!r}; " + _accepted(name, k))
+        missing = [n for n in inputs if n not in ins]
+        if missing:
+            raise TypeError(f"kernel {name} needs the input(s) {', '.join(missing)}; " + _accepted(name, k))
+        _, out, st = self.call("kernel", {n: _arr(ins[n], n) for n in inputs}, name=name, params=ps,
+                               budget_cycles=budget_cycles)
+        return (out[k["outputs"][0]] if len(k["outputs"]) == 1 else out), st
+
+    def _kernel_info(self, name: str) -> dict:
+        kernels = self.__dict__.get("kernels")
+        if kernels is None:
+            raise SessionError("this session's simulator process could not load the tile-language kernels: "
+                               f"{self.__dict__.get('kernels_error') or 'the session is not open'}")
+        if name not in kernels:
+            raise ValueError(f"no tile-language kernel named {name!r}; this session's kernels: {', '.join(kernels)}")
+        return kernels[name]
+
+    def __getattr__(self, name: str):
+        """A method per tile-language kernel the simulator can run (those not shadowed by a method
+        of the class): ``chip.silu(x)`` is ``chip.run_kernel("silu", x)``."""
+        kernels = self.__dict__.get("kernels") or {}
+        if name.startswith("_") or name not in kernels:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}"
+                                 + (f"; its tile-language kernels: {', '.join(kernels)}" if kernels else ""))
+        return _kernel_method(self, name, kernels[name])
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self.__dict__.get("kernels") or ()))
 
     # ---- the device ----------------------------------------------------------------------------
     def read_csr(self, reg: str | int) -> int:
@@ -460,10 +531,37 @@ class Session:
         self.call("crash", how=how)
 
 
-def _arr(x) -> np.ndarray:
+def _arr(x, name: str | None = None) -> np.ndarray:
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"expected a numpy array, got {type(x).__name__} (convert with np.asarray)")
+        raise TypeError(f"{name + ': ' if name else ''}expected a numpy array, got {type(x).__name__} "
+                        "(convert with np.asarray)")
     return x
+
+
+def _accepted(name: str, k: dict) -> str:
+    """What kernel ``name`` accepts, for an error message."""
+    shape = f"; {', '.join(k['from_shape'])} from the shape of {k['inputs'][0]}" if k["from_shape"] else ""
+    return (f"its inputs: {', '.join(k['inputs'])} (numpy arrays{shape}); its parameters: "
+            + (", ".join(k["params"]) or "none"))
+
+
+def _kernel_method(session: Session, name: str, k: dict):
+    """``session.run_kernel(name, ...)`` as a function with the kernel's own signature and help."""
+    def method(*arrays, budget_cycles: int | None = None, **inputs_and_params):
+        return session.run_kernel(name, *arrays, budget_cycles=budget_cycles, **inputs_and_params)
+
+    P = inspect.Parameter
+    method.__signature__ = inspect.Signature(
+        [P(n, P.POSITIONAL_OR_KEYWORD) for n in k["inputs"]]
+        + [P(n, P.KEYWORD_ONLY, default=v["default"]) for n, v in k["params"].items()]
+        + [P("budget_cycles", P.KEYWORD_ONLY, default=None)])
+    method.__name__ = name
+    method.__qualname__ = f"Session.{name}"
+    method.__doc__ = (f"{k['summary']} (tile-language kernel {name}, {k['module']}; see Session.run_kernel).\n\n"
+                      + _accepted(name, k) + "\n" + "".join(f"\n{n}: {v['help']}" for n, v in k["params"].items())
+                      + "\n\nReturns (" + (k["outputs"][0] if len(k["outputs"]) == 1 else
+                                            "{" + ", ".join(k["outputs"]) + "}") + ", KernelStats).")
+    return method
 
 
 def _other_session_pids(me: Session) -> set[int]:

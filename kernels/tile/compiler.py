@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rtl.isa import MAX_COUNT, ReduceOp, VecB, VecOp, decode, dma_load, dma_store, fence, nop, reduce, vec
+from rtl.isa import (MAX_COUNT, DmaQueue, ReduceOp, VecB, VecOp, decode, dma_load, dma_store, dma_stride, fence,
+                     matmul, nop, reduce, vec)
 from rtl.memories import Region
 
 from .ir import Buffer, Op, Queue, Storage, TensorDecl, TileError
@@ -92,6 +93,12 @@ def format_command(c: int) -> str:
         return f"VEC {VecOp(f['op']).name} a={d['arg0']}{b} n={d['length']} dst={d['arg2']}{sync}"
     if op == Opcode.REDUCE:
         return f"REDUCE {ReduceOp(d['flags']['op']).name} src={d['arg0']} n={d['length']} dst={d['arg2']}{sync}"
+    if op == Opcode.MATMUL:
+        f = d["flags"]
+        return (f"MATMUL a={d['arg0']} b={d['arg1']} c={d['arg2']} k={d['length']}"
+                f"{' acc' if f['accumulate'] else ''}{sync}")
+    if op == Opcode.DMA_STRIDE:
+        return f"DMA_STRIDE {DmaQueue(d['flags']['queue']).name} sram={d['arg0']} dram={d['dram_stride']}{sync}"
     if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
         region = Region(d["flags"]["dma"]["region"]) if "dma" in d["flags"] else Region.ACC
         region = Region(d["flags"]["region"]) if "region" in d["flags"] else region
@@ -101,16 +108,25 @@ def format_command(c: int) -> str:
 
 
 def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, dram_bytes: int,
-                  bus_bytes: int) -> Compiled:
-    order = _schedule(ops)
+                  bus_bytes: int, constraints=None) -> Compiled:
+    """``constraints``: the active mitigations' GEMM constraints (workarounds.GemmConstraints),
+    which the errata passes of kernels/tile/errata.py apply to every kernel."""
+    from . import errata
+
+    ops = errata.rewrite(ops, constraints, config)
+    order = _hoist_stores(_schedule(ops))
     for i, op in enumerate(order):
         op.index = i
     _coalesce(order)
-    storages, peak = _place(order, config)
+    errata.layout(order, constraints)
+    storages, peak = _place(order, config, errata.reserved(constraints))
     _place_dram(tensors, dram_bytes, bus_bytes)
     order, plan, edges, relays = _synchronise(order)
     cmds, cmd_ops, waits, signals = _lower(order, plan, config)
-    return Compiled(name, cmds, cmd_ops, order, tensors, storages, waits, signals, relays, peak, edges)
+    cmds, cmd_ops, gaps = errata.lower(cmds, cmd_ops, constraints)
+    c = Compiled(name, cmds, cmd_ops, order, tensors, storages, waits, signals, relays, peak, edges)
+    c.errata_insertions = gaps
+    return c
 
 
 # ---- 1. schedule -----------------------------------------------------------------------------
@@ -144,9 +160,48 @@ def _schedule(ops: list[Op]) -> list[Op]:
     return out
 
 
+def _hoist_stores(order: list[Op]) -> list[Op]:
+    """Each store moves up to just after the last op it must follow (the last writer of the words it
+    reads, the last op touching the DRAM it writes), keeping the stores' own order: the command
+    stream pushes it to its queue that much sooner (a GEMM's tile row is stored while the next
+    rows multiply)."""
+    writers: dict[int, list[tuple[int, int, int]]] = {}  # id(own storage) -> (op position, lo, hi)
+    dram: dict[int, list[tuple[int, int, int]]] = {}  # id(tensor) -> (op position, first byte, end)
+    out: list[Op] = []
+    last_store = -1
+
+    def drange(d):
+        t, r0, n, w0, nw = d
+        row = t.wpr * t.word_bytes
+        return r0 * row + w0 * t.word_bytes, (r0 + n - 1) * row + (w0 + nw) * t.word_bytes
+
+    for op in order:
+        at = len(out)
+        if op.kind == "store":
+            b = op.reads[0]
+            lo, hi = b.offset, b.offset + b.span
+            after = max((i for i, x, y in writers.get(id(b.storage), ()) if x < hi and lo < y), default=-1)
+            for d in op.dram_writes:
+                x, y = drange(d)
+                after = max(after, max((i for i, u, v in dram.get(id(d[0]), ()) if u < y and x < v), default=-1))
+            at = max(after, last_store) + 1
+            out.insert(at, op)
+            last_store = at
+            # positions after ``at`` moved by one
+            for lst in list(writers.values()) + list(dram.values()):
+                lst[:] = [(i + (i >= at), x, y) for i, x, y in lst]
+        else:
+            out.append(op)
+        for b in op.writes:
+            writers.setdefault(id(b.storage), []).append((at, b.offset, b.offset + b.span))
+        for d in op.dram_reads + op.dram_writes:
+            dram.setdefault(id(d[0]), []).append((at, *drange(d)))
+    return out
+
+
 def _prefetchable(op: Op) -> bool:
     """A load of data the kernel never writes: it may be issued as early as its words are free."""
-    return op.kind == "load" and all(t.role != "out" for t, _, _ in op.dram_reads)
+    return op.kind == "load" and all(d[0].role != "out" for d in op.dram_reads)
 
 
 # ---- 2. coalesce ----------------------------------------------------------------------------
@@ -179,7 +234,8 @@ def _coalesce(order: list[Op]) -> None:
                              if o.index > op.index]
                     raise TileError(f"{op.line}: {op.args['op']} overwrites {a.storage.name} in place, but "
                                     f"{later[0].line} reads it afterwards; use the result instead")
-            elif st_last == op.index and a.storage.region == out.storage.region and a.words == out.words:
+            elif (st_last == op.index and a.storage.region == out.storage.region and a.words == out.words
+                  and a.offset == 0 and a.span == a.storage.words and out.own is not a.own):
                 out.storage.alias = a.storage
         for b in op.reads + op.writes:
             lst = members.setdefault(id(b.storage), [])
@@ -189,8 +245,11 @@ def _coalesce(order: list[Op]) -> None:
 
 # ---- 3. place -------------------------------------------------------------------------------
 
-def _place(order: list[Op], config) -> tuple[list[Storage], dict[str, int]]:
+def _place(order: list[Op], config, reserved: dict[str, int] | None = None) -> tuple[list[Storage], dict[str, int]]:
+    """``reserved``: words at the top of a region no tile may use (an erratum's)."""
     depth = {"ACC": config.acc_depth, "A": config.operand_depth, "B": config.operand_depth}
+    for r, n in (reserved or {}).items():
+        depth[r] -= n
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     stores: dict[int, Storage] = {}
@@ -207,6 +266,19 @@ def _place(order: list[Op], config) -> tuple[list[Storage], dict[str, int]]:
     starts: dict[int, list[Storage]] = {}
     for s in stores.values():
         starts.setdefault(first[id(s)], []).append(s)
+    # the tiles one load line makes take the same words each (the largest of them), so a ragged
+    # last tile cannot leave a hole the next full one does not fit (the buffers of a pipeline are
+    # slots of one size)
+    slot: dict[tuple, int] = {}
+    for op in order:
+        if op.kind == "load":
+            st = op.writes[0].storage
+            key = (st.line, st.region)
+            slot[key] = max(slot.get(key, 0), st.words)
+    for op in order:
+        if op.kind == "load":
+            st = op.writes[0].storage
+            st.words = slot[(st.line, st.region)]
     placed = []
     for op in order:
         for s in [s for s in live if last[id(s)] < op.index]:
@@ -274,11 +346,12 @@ def _place_dram(tensors: list[TensorDecl], dram_bytes: int, bus_bytes: int) -> N
 def _accesses(op: Op) -> tuple[list[tuple], list[tuple]]:
     """(reads, writes) as (space, first, end) ranges: SRAM words or DRAM bytes."""
     def sram(b: Buffer):
-        return (b.storage.region, b.storage.addr, b.storage.addr + b.storage.words)
+        at = b.storage.addr + b.offset
+        return (b.storage.region, at, at + b.span)
 
-    def dram(t: TensorDecl, r0: int, n: int):
+    def dram(t: TensorDecl, r0: int, n: int, w0: int, nw: int):
         row = t.wpr * t.word_bytes
-        return ("DRAM", t.dram + r0 * row, t.dram + (r0 + n) * row)
+        return ("DRAM", t.dram + r0 * row + w0 * t.word_bytes, t.dram + (r0 + n - 1) * row + (w0 + nw) * t.word_bytes)
 
     reads = [sram(b) for b in op.reads] + [dram(*d) for d in op.dram_reads]
     writes = [sram(b) for b in op.writes] + [dram(*d) for d in op.dram_writes]
@@ -311,6 +384,7 @@ def _synchronise(order: list[Op]) -> tuple[list[Op], list[_Sync], list[tuple[int
     plan: list[_Sync] = []
     edges = []
     relays = 0
+    last_unit = [-1]  # queue position of the last command-stream op that is not a MATMUL
 
     def done(j):  # what is known complete once op j has completed
         d = dict(start_kc[j])
@@ -328,7 +402,11 @@ def _synchronise(order: list[Op]) -> tuple[list[Op], list[_Sync], list[tuple[int
         acc.append(_accesses(op))
         kc = dict(last_start[q])
         if q == Queue.EXEC and pos[q]:
-            kc[q] = len(pos[q]) - 1  # a VEC, REDUCE or FENCE issues once every earlier one is done
+            if op.kind == "matmul":  # issues once the reduction and vector units are idle, not the engine
+                if last_unit[0] >= 0:
+                    kc[q] = max(kc.get(q, -1), last_unit[0])
+            else:
+                kc[q] = len(pos[q]) - 1  # a VEC, REDUCE or FENCE issues once every earlier one is done
         need = []
         if forced is not None:
             need = [forced]
@@ -373,6 +451,8 @@ def _synchronise(order: list[Op]) -> tuple[list[Op], list[_Sync], list[tuple[int
         start_kc.append(kc)
         last_start[q] = kc
         qpos.append(len(pos[q]))
+        if q == Queue.EXEC and op.kind != "matmul":
+            last_unit[0] = len(pos[q])
         pos[q].append(i)
 
     for op in order:
@@ -395,6 +475,8 @@ def _lower(order: list[Op], plan: list[_Sync], config) -> tuple[list[int], list[
     cmds: list[int] = []
     cmd_ops: list[int] = []
     waits = signals = 0
+    strides = {DmaQueue.LOAD: (0, 0), DmaQueue.STORE: (0, 0)}  # a soft reset's; the stream sets what it needs
+    first_2d = {DmaQueue.LOAD: True, DmaQueue.STORE: True}
     for op in order:
         s = plan[op.index]
         wait = None if s.wait is None else SEMAPHORE_OF[(order[s.wait].queue, op.queue)]
@@ -406,6 +488,16 @@ def _lower(order: list[Op], plan: list[_Sync], config) -> tuple[list[int], list[
         waits += wait is not None
         signals += len(sig)
         body = _commands(op, config)
+        if op.kind in ("load", "store"):
+            q = DmaQueue.LOAD if op.kind == "load" else DmaQueue.STORE
+            wants = {kw.pop("_strides") for _make, kw in body if "_strides" in kw}
+            assert len(wants) <= 1, "the DMAs of one op share their strides"
+            for want in wants:
+                if want != strides[q] or first_2d[q]:
+                    # in stream order: the DMAs queued after it use these strides
+                    cmds.append(dma_stride(q, sram=want[0], dram=want[1], tag=op.index))
+                    cmd_ops.append(op.index)
+                    strides[q], first_2d[q] = want, False
         for i, (make, kw) in enumerate(body):
             sync = {}
             if i == 0 and wait is not None:
@@ -424,22 +516,41 @@ def _commands(op: Op, config) -> list[tuple]:
     """(constructor, fields) of each command of one op, addresses resolved."""
     if op.kind in ("load", "store"):
         buf = op.writes[0] if op.kind == "load" else op.reads[0]
-        t, r0, n = (op.dram_reads if op.kind == "load" else op.dram_writes)[0]
-        words = n * t.wpr
-        base, dram = buf.storage.addr, t.dram + r0 * t.wpr * t.word_bytes
+        t, r0, n, w0, nw = (op.dram_reads if op.kind == "load" else op.dram_writes)[0]
+        base = buf.storage.addr + buf.offset
+        dram = t.dram + (r0 * t.wpr + w0) * t.word_bytes
+        region = Region[buf.storage.region]
         out = []
-        for w0 in range(0, words, MAX_COUNT):
-            w = min(MAX_COUNT, words - w0)
-            kw = {"sram": base + w0, "dram": dram + w0 * t.word_bytes, "words": w}
-            if op.kind == "load":
-                out.append((_load_acc, kw))
-            else:
-                out.append((dma_store, kw))
+        if n == 1 or (nw == t.wpr and buf.row_stride == nw):  # contiguous on both sides: 1D
+            words = n * nw
+            for x in range(0, words, MAX_COUNT):
+                w = min(MAX_COUNT, words - x)
+                kw = {"sram": base + x, "dram": dram + x * t.word_bytes, "words": w}
+                out.append((_loader(region) if op.kind == "load" else dma_store, kw))
+        else:  # 2D: a row per panel / tile row, the queue's strides set before it
+            if nw > MAX_COUNT or n > MAX_COUNT:
+                raise TileError(f"{op.line}: a 2D transfer of {n} rows of {nw} words exceeds one DMA's {MAX_COUNT}")
+            kw = {"sram": base, "dram": dram, "words": nw, "rows": n,
+                  "_strides": (buf.row_stride, t.wpr * t.word_bytes)}
+            out.append((_loader(region) if op.kind == "load" else dma_store, kw))
+        if op.args.get("repeat_first"):  # FL-ME-002 (kernels/tile/errata.py): each panel's first word again
+            kw = {"sram": base + nw, "dram": dram, "words": 1, "rows": n}
+            if n > 1:
+                kw["_strides"] = (buf.row_stride, t.wpr * t.word_bytes)
+            out.append((_loader(region), kw))
         return out
+    if op.kind == "matmul":
+        a, b, c = op.args["a_view"], op.args["b_view"], op.args["c_view"]
+        aa = a.storage.addr + a.offset
+        ca = c.storage.addr + c.offset
+        rows = config.rows
+        return [(matmul, {"a": aa, "b": b.storage.addr + b.offset + q * b.row_stride, "c": ca + q * rows,
+                          "k": op.args["k"], "accumulate": op.args["accumulate"]})
+                for q in range(op.args["pb"])]
     if op.kind == "vec":
-        a = op.reads[0].storage.addr
-        b = op.reads[1].storage.addr if len(op.reads) > 1 else 0
-        d = op.writes[0].storage.addr
+        a = op.reads[0].storage.addr + op.reads[0].offset
+        b = op.reads[1].storage.addr + op.reads[1].offset if len(op.reads) > 1 else 0
+        d = op.writes[0].storage.addr + op.writes[0].offset
         out = []
         for name, ao, bo, form, count, do in op.args["cmds"]:
             kw = {"op": VecOp[name.upper()], "a": a + ao, "count": count, "dst": d + do}
@@ -450,12 +561,14 @@ def _commands(op: Op, config) -> list[tuple]:
     if op.kind == "fence":
         return [(fence, {})]
     if op.kind == "reduce":
-        a = op.reads[0].storage.addr
-        d = op.writes[0].storage.addr
+        a = op.reads[0].storage.addr + op.reads[0].offset
+        d = op.writes[0].storage.addr + op.writes[0].offset
         return [(reduce, {"op": ReduceOp[code], "src": a + so, "count": count, "dst": d + do})
                 for code, so, count, do in op.args["cmds"]]
     raise AssertionError(f"no lowering for {op.kind}")
 
 
-def _load_acc(**kw) -> int:
-    return dma_load(Region.ACC, **kw)
+def _loader(region: Region):
+    def load(**kw) -> int:
+        return dma_load(region, **kw)
+    return load

@@ -58,6 +58,8 @@ class Buffer:
     wpr: int
     dtype: str  # "fp32", "int32", "int8"
     scalar: bool = False
+    offset: int = 0  # first word within the storage (a view of part of a tile)
+    stride: int | None = None  # words from one row to the next in SRAM (None: wpr)
 
     @property
     def storage(self) -> Storage:
@@ -67,13 +69,32 @@ class Buffer:
     def words(self) -> int:
         return self.rows * self.wpr
 
+    @property
+    def row_stride(self) -> int:
+        return self.wpr if self.stride is None else self.stride
+
+    @property
+    def span(self) -> int:
+        """Words from the first to past the last word it covers in SRAM."""
+        return (self.rows - 1) * self.row_stride + self.wpr
+
 
 @dataclass(eq=False)
 class TensorDecl:
-    """A tensor in DRAM: ``rows`` x ``cols`` values of ``dtype``, laid out as rows of ``wpr``
-    accumulator words (a row of C values in ceil(C / LANES) words, the padding lanes holding
-    ``pad``). ``role``: "in" (the host writes it), "out" (the host reads it), "const" (the
-    compiler's constants, written by the host before the run)."""
+    """A tensor in DRAM: ``rows`` x ``cols`` values of ``dtype`` (its shape as the host sees it),
+    stored as ``drows`` rows of ``wpr`` words of ``word_bytes`` each, in one of the layouts:
+
+    * "rows": a row of C values in ceil(C / LANES) accumulator words, the padding lanes holding
+      ``pad`` (``drows`` = rows);
+    * "a_panels": int8 A operand, panel-major: ``drows`` = ceil(rows / ROWS) panels of ``wpr`` =
+      K words of ROWS bytes (word k of panel p is A[p*ROWS:(p+1)*ROWS, k]);
+    * "b_panels": int8 B operand (K x N), by column panels: ``drows`` = ceil(N / COLS) panels of
+      K words of COLS bytes;
+    * "c_tiles": int32 result, tile-major: ``drows`` = tile rows, each ``wpr`` = (tiles per row) x
+      ROWS accumulator words, so the tiles of one tile row are contiguous.
+
+    ``role``: "in" (the host writes it), "out" (the host reads it), "const" (the compiler's
+    constants, written by the host before the run)."""
 
     name: str
     rows: int
@@ -85,10 +106,16 @@ class TensorDecl:
     word_bytes: int
     data: object = None  # "const": the (rows, wpr, LANES) uint32 words
     dram: int | None = None  # byte address, set when the run stages it
+    layout: str = "rows"
+    drows: int | None = None  # stored rows (None: rows)
+
+    @property
+    def stored_rows(self) -> int:
+        return self.rows if self.drows is None else self.drows
 
     @property
     def nbytes(self) -> int:
-        return self.rows * self.wpr * self.word_bytes
+        return self.stored_rows * self.wpr * self.word_bytes
 
 
 @dataclass(eq=False)
@@ -104,9 +131,9 @@ class Loop:
 class Op:
     """One tile operation.
 
-    ``kind`` is "load", "store", "vec", "reduce" (and later "matmul"); ``queue`` one of
+    ``kind`` is "load", "store", "vec", "reduce", "matmul" or "fence"; ``queue`` one of
     :class:`Queue`. ``reads``/``writes``: the buffers it reads and writes; ``dram_reads``/
-    ``dram_writes``: (tensor, first row, rows) in DRAM. ``args``: what lowering needs (the VEC
+    ``dram_writes``: (tensor, first row, rows, first word, words) in DRAM. ``args``: what lowering needs (the VEC
     op and its operand form, the reduce op). ``loop``/``iteration``: the pipeline iteration
     it belongs to, if any."""
 
@@ -116,8 +143,8 @@ class Op:
     args: dict = field(default_factory=dict)
     reads: list[Buffer] = field(default_factory=list)
     writes: list[Buffer] = field(default_factory=list)
-    dram_reads: list[tuple[TensorDecl, int, int]] = field(default_factory=list)
-    dram_writes: list[tuple[TensorDecl, int, int]] = field(default_factory=list)
+    dram_reads: list[tuple] = field(default_factory=list)
+    dram_writes: list[tuple] = field(default_factory=list)
     loop: Loop | None = None
     iteration: int = 0
     index: int = -1  # position in the scheduled order
@@ -125,10 +152,10 @@ class Op:
     def describe(self) -> str:
         a = self.args
         if self.kind == "load":
-            t, r0, n = self.dram_reads[0]
-            return f"load {t.name}[{r0}:{r0 + n}] -> {self.writes[0].storage.name}"
+            t, r0, n, w0, nw = self.dram_reads[0]
+            return f"load {t.name}[{r0}:{r0 + n}, {w0}:{w0 + nw}] -> {self.writes[0].storage.name}"
         if self.kind == "store":
-            t, r0, n = self.dram_writes[0]
-            return f"store {self.reads[0].storage.name} -> {t.name}[{r0}:{r0 + n}]"
+            t, r0, n, w0, nw = self.dram_writes[0]
+            return f"store {self.reads[0].storage.name} -> {t.name}[{r0}:{r0 + n}, {w0}:{w0 + nw}]"
         srcs = ", ".join(b.storage.name for b in self.reads)
         return f"{a.get('op', self.kind)}({srcs}) -> {self.writes[0].storage.name}"

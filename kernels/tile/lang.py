@@ -25,7 +25,8 @@ import numpy as np
 from .ir import Buffer, Loop, Op, Queue, Storage, TensorDecl, TileError
 
 __all__ = ["Tile", "TensorRef", "TensorView", "Trace", "pipeline", "load", "store", "exp", "recip", "rsqrt",
-           "relu", "maximum", "minimum", "row_sum", "row_max", "scalar", "constant_row", "mask_tail", "current"]
+           "relu", "maximum", "minimum", "row_sum", "row_max", "scalar", "constant_row", "mask_tail", "matmul",
+           "current"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(os.path.dirname(_HERE))  # the project: kernel lines are named from here
@@ -55,10 +56,11 @@ def _caller_line() -> str:
 class Trace:
     """The ops a kernel emits while it runs under the compiler."""
 
-    def __init__(self, lanes: int, word_bytes: int, vector: bool = True):
+    def __init__(self, lanes: int, word_bytes: int, vector: bool = True, config=None):
         self.lanes = lanes
         self.word_bytes = word_bytes
         self.vector = vector
+        self.config = config
         self.ops: list[Op] = []
         self.tensors: list[TensorDecl] = []
         self.loop: Loop | None = None
@@ -80,9 +82,22 @@ class Trace:
         self._names[base] = n + 1
         return f"{base}{n}"
 
-    def tensor(self, name: str, rows: int, cols: int, dtype: str, pad: int, role: str, data=None) -> "TensorRef":
-        wpr = -(-cols // self.lanes)
-        decl = TensorDecl(name, rows, cols, dtype, wpr, pad, role, self.word_bytes, data)
+    def tensor(self, name: str, rows: int, cols: int, dtype: str, pad: int, role: str, data=None,
+               layout: str = "rows") -> "TensorRef":
+        cfg = self.config
+        if layout == "rows":
+            decl = TensorDecl(name, rows, cols, dtype, -(-cols // self.lanes), pad, role, self.word_bytes, data)
+        elif layout == "a_panels":  # (M, K) int8: ceil(M / ROWS) panels of K words of ROWS bytes
+            decl = TensorDecl(name, rows, cols, dtype, cols, 0, role, cfg.rows, layout=layout,
+                              drows=-(-rows // cfg.rows))
+        elif layout == "b_panels":  # (K, N) int8: ceil(N / COLS) panels of K words of COLS bytes
+            decl = TensorDecl(name, rows, cols, dtype, rows, 0, role, cfg.cols, layout=layout,
+                              drows=-(-cols // cfg.cols))
+        elif layout == "c_tiles":  # (M, N) int32: tile rows of (N / COLS) tiles of ROWS words
+            decl = TensorDecl(name, rows, cols, dtype, -(-cols // cfg.cols) * cfg.rows, 0, role, self.word_bytes,
+                              layout=layout, drows=-(-rows // cfg.rows))
+        else:
+            raise TileError(f"tensor {name}: layout must be rows, a_panels, b_panels or c_tiles, not {layout!r}")
         self.tensors.append(decl)
         return TensorRef(decl)
 
@@ -99,11 +114,18 @@ class Trace:
 
 @dataclass(frozen=True)
 class TensorView:
-    """Rows ``r0:r0+n`` of a DRAM tensor (what ``tensor[r0:r1]`` gives)."""
+    """Stored rows ``r0:r0+n`` (panels, tile rows), words ``w0:w0+nw`` of each, of a DRAM tensor
+    (what ``tensor[r0:r1]`` or ``tensor[r0:r1, w0:w1]`` gives)."""
 
     tensor: TensorDecl
     r0: int
     n: int
+    w0: int = 0
+    nw: int | None = None
+
+    @property
+    def words(self) -> int:
+        return self.tensor.wpr if self.nw is None else self.nw
 
 
 class TensorRef:
@@ -116,19 +138,42 @@ class TensorRef:
     cols = property(lambda self: self.decl.cols)
     dtype = property(lambda self: self.decl.dtype)
     name = property(lambda self: self.decl.name)
+    panels = property(lambda self: self.decl.stored_rows)  # panels (A, B), tile rows (C) or rows
+    words = property(lambda self: self.decl.wpr)  # words per stored row: K steps (A, B), ROWS per tile (C)
+
+    @property
+    def steps(self) -> int:
+        """K of a GEMM operand: the words of each panel."""
+        return self.decl.wpr
 
     def __getitem__(self, key) -> TensorView:
-        rows = self.decl.rows
-        if isinstance(key, int):
-            key = slice(key, key + 1)
-        if not isinstance(key, slice) or key.step not in (None, 1):
-            raise TileError(f"{_caller_line()}: {self.name}[...] takes a row index or a row range r0:r1 "
-                            f"(step 1), not {key!r}")
-        r0 = 0 if key.start is None else key.start
-        r1 = rows if key.stop is None else min(key.stop, rows)  # a ragged last tile is cut to the tensor
-        if not 0 <= r0 < r1 <= rows:
-            raise TileError(f"{_caller_line()}: rows {r0}:{r1} are outside {self.name}, which has {rows} rows")
-        return TensorView(self.decl, r0, r1 - r0)
+        """``t[r0:r1]``: stored rows (rows, A/B panels, C tile rows); ``t[r0:r1, w0:w1]`` also
+        cuts each to words ``w0:w1`` (K steps of a panel; for C, ROWS words per tile). A range
+        past the end is cut to the tensor: the ragged last tile."""
+        line = _caller_line()
+        d = self.decl
+        if not isinstance(key, tuple):
+            key = (key,)
+        if len(key) > 2:
+            raise TileError(f"{line}: {self.name}[...] takes rows, or rows and words; got {len(key)} indices")
+        r0, r1 = self._range(key[0], d.stored_rows, "rows", line)
+        if d.layout == "c_tiles" and len(key) == 2:  # C: the second index counts tiles of ROWS words
+            per = current().config.rows
+            t0, t1 = self._range(key[1], d.wpr // per, "tiles", line)
+            return TensorView(d, r0, r1 - r0, t0 * per, (t1 - t0) * per)
+        w0, w1 = self._range(key[1], d.wpr, "words", line) if len(key) == 2 else (0, d.wpr)
+        return TensorView(d, r0, r1 - r0, w0, w1 - w0)
+
+    def _range(self, k, n: int, what: str, line: str) -> tuple[int, int]:
+        if isinstance(k, (int, np.integer)):
+            k = slice(int(k), int(k) + 1)
+        if not isinstance(k, slice) or k.step not in (None, 1):
+            raise TileError(f"{line}: {self.name}[...] takes an index or a range a:b (step 1), not {k!r}")
+        a = 0 if k.start is None else k.start
+        b = n if k.stop is None else min(k.stop, n)
+        if not 0 <= a < b <= n:
+            raise TileError(f"{line}: {what} {a}:{b} are outside {self.name}, which has {n} {what}")
+        return a, b
 
     def __repr__(self) -> str:
         return f"TensorRef({self.name}: {self.rows}x{self.cols} {self.dtype})"
@@ -142,6 +187,13 @@ class Tile:
 
     rows = property(lambda self: self.buf.rows)
     words_per_row = property(lambda self: self.buf.wpr)
+
+    def __getitem__(self, row: int) -> "Tile":
+        """Row ``row`` of the tile (a view of the same words: a tile row of a GEMM's result)."""
+        b = self.buf
+        if not isinstance(row, (int, np.integer)) or not 0 <= row < b.rows:
+            raise TileError(f"{_caller_line()}: {b.storage.name} has rows 0..{b.rows - 1}, not {row!r}")
+        return Tile(Buffer(b.own, 1, b.wpr, b.dtype, b.scalar, b.offset + int(row) * b.row_stride))
 
     def __add__(self, other):
         return _binary("fadd", self, other)
@@ -198,10 +250,9 @@ def load(view: TensorView) -> Tile:
     if not isinstance(view, TensorView):
         raise TileError(f"{line}: load takes rows of a DRAM tensor (x[r0:r1]), not {type(view).__name__}")
     t = view.tensor
-    if t.role == "out":
-        pass  # reading back what the kernel stored is allowed: the dependency analysis orders it
-    buf = tr.new_buffer(t.name, view.n, t.wpr, t.dtype, False, line)
-    tr.emit(Op("load", Queue.LOAD, line, writes=[buf], dram_reads=[(t, view.r0, view.n)]))
+    region = {"a_panels": "A", "b_panels": "B"}.get(t.layout, "ACC")
+    buf = tr.new_buffer(t.name, view.n, view.words, t.dtype, False, line, region)
+    tr.emit(Op("load", Queue.LOAD, line, writes=[buf], dram_reads=[(t, view.r0, view.n, view.w0, view.words)]))
     return Tile(buf)
 
 
@@ -219,10 +270,12 @@ def store(view: TensorView, tile: Tile) -> None:
     if b.scalar:
         raise TileError(f"{line}: the tile {b.storage.name} holds one scalar per row (a reduction); "
                         f"stores take tiles of whole rows")
-    if (b.rows, b.wpr) != (view.n, t.wpr):
+    if b.storage.region != "ACC":
+        raise TileError(f"{line}: {b.storage.name} is in the {b.storage.region} SRAM; stores read the accumulator SRAM")
+    if (b.rows, b.wpr) != (view.n, view.words):
         raise TileError(f"{line}: the tile {b.storage.name} is {b.rows} rows of {b.wpr} words, but "
-                        f"{t.name}[{view.r0}:{view.r0 + view.n}] is {view.n} rows of {t.wpr} words")
-    tr.emit(Op("store", Queue.STORE, line, reads=[b], dram_writes=[(t, view.r0, view.n)]))
+                        f"{t.name}[{view.r0}:{view.r0 + view.n}] is {view.n} rows of {view.words} words")
+    tr.emit(Op("store", Queue.STORE, line, reads=[b], dram_writes=[(t, view.r0, view.n, view.w0, view.words)]))
 
 
 def scalar(value: float | None = None, *, bits: int | None = None) -> Tile:
@@ -363,6 +416,43 @@ def mask_tail(t: Tile, cols: int) -> Tile:
     return Tile(out)
 
 
+# ---- the matrix engine ---------------------------------------------------------------------------
+
+def matmul(a: Tile, b: Tile, acc: Tile | None = None) -> Tile:
+    """int8 A panels (``pa`` x K words, from an "a_panels" tensor) times B panels (``pb`` x K) into
+    an int32 result of ``pa`` tile rows of ``pb`` x ROWS words: added into ``acc`` when given
+    (the result replaces it), else a new tile. One MATMUL per output tile; the compiler keeps a
+    tile row's MATMULs together, so a store of one tile row waits for that row alone."""
+    tr = current()
+    line = _caller_line()
+    if not isinstance(a, Tile) or not isinstance(b, Tile):
+        raise TileError(f"{line}: matmul takes tiles loaded from an A and a B operand tensor")
+    A, B = a.buf, b.buf
+    if A.storage.region != "A" or B.storage.region != "B":
+        raise TileError(f"{line}: matmul takes an A tile (from an a_panels tensor) and a B tile (from b_panels), "
+                        f"not {A.storage.region} and {B.storage.region}")
+    if A.wpr != B.wpr:
+        raise TileError(f"{line}: the A tile has {A.wpr} K steps and the B tile {B.wpr}: they must agree")
+    rows = tr.config.rows
+    pa, pb, k = A.rows, B.rows, A.wpr
+    if acc is None:
+        C = tr.new_buffer("acc", pa, pb * rows, "int32", False, line)
+        accumulate = False
+    else:
+        C = acc.buf
+        if (C.rows, C.wpr) != (pa, pb * rows):
+            raise TileError(f"{line}: acc is {C.rows} x {C.wpr} words; A x B makes {pa} tile rows of {pb * rows}")
+        accumulate = True
+    for p in range(pa):
+        ap = Buffer(A.own, 1, k, A.dtype, False, A.offset + p * A.row_stride)
+        cp = Buffer(C.own, 1, pb * rows, "int32", False, C.offset + p * C.row_stride)
+        reads = [ap, B] + ([cp] if accumulate else [])
+        tr.emit(Op("matmul", Queue.EXEC, line, {"op": "matmul", "accumulate": accumulate, "k": k, "pb": pb,
+                                                 "a_view": ap, "b_view": B, "c_view": cp, "a_tile": A, "p": p},
+                   reads=reads, writes=[cp]))
+    return Tile(Buffer(C.own, pa, pb * rows, "int32", False, C.offset))
+
+
 # ---- the reduction unit ------------------------------------------------------------------------
 
 def _row_reduce(op: str, t: Tile) -> Tile:
@@ -404,6 +494,6 @@ def _shape(b: Buffer) -> str:
 
 
 @contextlib.contextmanager
-def tracing(lanes: int, word_bytes: int, vector: bool = True):
-    with Trace(lanes, word_bytes, vector) as tr:
+def tracing(lanes: int, word_bytes: int, vector: bool = True, config=None):
+    with Trace(lanes, word_bytes, vector, config) as tr:
         yield tr

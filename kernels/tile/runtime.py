@@ -23,12 +23,14 @@ from .lang import TensorRef, tracing
 
 __all__ = ["TensorSpec", "build", "run", "units_busy_cycles", "dram_traffic"]
 
-_DTYPES = {"fp32": np.float32, "int32": np.int32}
+_DTYPES = {"fp32": np.float32, "int32": np.int32, "int8": np.int8}
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A kernel tensor argument: name, shape, dtype, the raw 32-bit value of its padding lanes."""
+    """A kernel tensor argument: name, shape (as the host holds it), dtype, the raw 32-bit value of
+    its padding lanes, role ("in" or "out") and its DRAM layout (kernels/tile/ir.py TensorDecl:
+    "rows", or "a_panels" / "b_panels" for int8 GEMM operands, "c_tiles" for an int32 result)."""
 
     name: str
     rows: int
@@ -36,24 +38,26 @@ class TensorSpec:
     dtype: str = "fp32"
     pad: int = 0
     role: str = "in"
+    layout: str = "rows"
 
 
 def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dram_bytes: int,
-          bus_bytes: int) -> Compiled:
-    """Trace ``fn(*tensors, **params)`` for ``config`` and compile it; raises TileError with the
-    kernel's source line for what it refuses."""
+          bus_bytes: int, constraints=None) -> Compiled:
+    """Trace ``fn(*tensors, **params)`` for ``config`` and compile it (with the errata passes
+    ``constraints``, a workarounds.GemmConstraints, ask for); raises TileError with the kernel's
+    source line for what it refuses."""
     t0 = time.perf_counter()
     word_bytes = 4 * config.lanes
-    with tracing(config.lanes, word_bytes, config.vector) as tr:
+    with tracing(config.lanes, word_bytes, config.vector, config) as tr:
         refs: list[TensorRef] = []
         for t in tensors:
             if t.dtype not in _DTYPES:
                 raise TileError(f"tensor {t.name}: dtype must be one of {', '.join(_DTYPES)}, not {t.dtype!r}")
-            refs.append(tr.tensor(t.name, t.rows, t.cols, t.dtype, t.pad, t.role))
+            refs.append(tr.tensor(t.name, t.rows, t.cols, t.dtype, t.pad, t.role, layout=t.layout))
         fn(*refs, **params)
     if not any(op.kind == "store" for op in tr.ops):
         raise TileError(f"kernel {name} stores nothing: its outputs would never be written")
-    c = compile_trace(name, tr.ops, tr.tensors, config, dram_bytes, bus_bytes)
+    c = compile_trace(name, tr.ops, tr.tensors, config, dram_bytes, bus_bytes, constraints)
     c.compile_s = time.perf_counter() - t0
     return c
 
@@ -73,17 +77,41 @@ async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: in
             x = inputs[t.name]
             if x.shape != (t.rows, t.cols):
                 raise ValueError(f"{t.name} has shape {x.shape}; the kernel was compiled for {(t.rows, t.cols)}")
-            dev.dram_write(buf, row_words(np.ascontiguousarray(x, _DTYPES[t.dtype]), lanes, t.pad).astype("<u4"))
+            dev.dram_write(buf, pack(t, np.ascontiguousarray(x, _DTYPES[t.dtype]), dev.config))
         elif t.role == "const":
             dev.dram_write(buf, np.ascontiguousarray(t.data, "<u4"))
     await dev.submit(c.commands, budget_cycles)
     await dev.wait_idle(budget_cycles)
-    out = {}
-    for t in c.tensors:
-        if t.role == "out":
-            raw = dev.dram_read(t.dram, t.nbytes).view("<u4").reshape(t.rows, t.wpr * lanes)
-            out[t.name] = raw[:, :t.cols].copy().view(_DTYPES[t.dtype])
-    return out
+    return {t.name: unpack(t, dev.dram_read(t.dram, t.nbytes), dev.config) for t in c.tensors if t.role == "out"}
+
+
+def pack(t, x: np.ndarray, config) -> bytes:
+    """The host array ``x`` as the bytes of tensor ``t``'s DRAM layout."""
+    if t.layout == "rows":
+        return row_words(x, config.lanes, t.pad).astype("<u4").tobytes()
+    R, C = config.rows, config.cols
+    if t.layout == "a_panels":  # (M, K) -> panel p, word k = A[pR:(p+1)R, k]
+        pad = np.zeros((t.stored_rows * R, t.cols), np.int8)
+        pad[:t.rows] = x
+        return np.ascontiguousarray(pad.reshape(t.stored_rows, R, t.cols).transpose(0, 2, 1)).tobytes()
+    if t.layout == "b_panels":  # (K, N) -> panel q, word k = B[k, qC:(q+1)C]
+        pad = np.zeros((t.rows, t.stored_rows * C), np.int8)
+        pad[:, :t.cols] = x
+        return np.ascontiguousarray(pad.reshape(t.rows, t.stored_rows, C).transpose(1, 0, 2)).tobytes()
+    raise TileError(f"tensor {t.name}: layout {t.layout} is an output layout")
+
+
+def unpack(t, raw: np.ndarray, config) -> np.ndarray:
+    """Tensor ``t``'s DRAM bytes as the host array (its dtype, padding dropped)."""
+    if t.layout == "rows":
+        w = raw.view("<u4").reshape(t.rows, t.wpr * config.lanes)
+        return w[:, :t.cols].copy().view(_DTYPES[t.dtype])
+    if t.layout == "c_tiles":  # tile rows of tiles of ROWS words of COLS int32
+        R, C = config.rows, config.cols
+        tn = t.wpr // R
+        tiles = raw.view("<i4").reshape(t.stored_rows, tn, R, C).transpose(0, 2, 1, 3)
+        return np.ascontiguousarray(tiles.reshape(t.stored_rows * R, tn * C)[:t.rows, :t.cols]).view(_DTYPES[t.dtype])
+    raise TileError(f"tensor {t.name}: layout {t.layout} is an input layout")
 
 
 def dram_traffic(c: Compiled) -> int:

@@ -93,6 +93,7 @@ class KernelSpec:
     bench: tuple[dict, ...] = ()  # parameter sets of its bench rows
     examples: tuple[str, ...] = ()  # for --help
     module: str = ""
+    macs: Callable[[dict], int] | None = None  # useful multiply-accumulates (the compute roof), if any
 
     def resolve(self, given: dict | None = None) -> dict:
         """Every parameter checked, with defaults for those not given; unknown ones refused."""
@@ -110,13 +111,14 @@ class KernelSpec:
             return f"{self.name} needs the vector unit, and this chip was built without it (vector=False)"
         return None
 
-    def compile(self, params: dict, config, board):
-        """The compiled kernel for resolved ``params`` on ``config`` and ``board``."""
+    def compile(self, params: dict, config, board, constraints=None):
+        """The compiled kernel for resolved ``params`` on ``config`` and ``board``, with the errata
+        passes the active mitigations' ``constraints`` (workarounds.GemmConstraints) ask for."""
         why = self.refusal(config)
         if why:
             raise KernelRefused(why)
         return build(self.name, self.source, config, self.tensors(params), self.kernel_args(params, config),
-                     dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes)
+                     dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes, constraints=constraints)
 
 
 def _modules() -> list[str]:
@@ -157,15 +159,18 @@ async def run_spec(dev, spec: KernelSpec, params: dict, inputs: dict, *, mitigat
     from kernels.stats import Measure
     from workarounds import Unit
 
-    compiled = spec.compile(params, dev.config, dev.board)
+    compiled = spec.compile(params, dev.config, dev.board, mitigations.gemm)
     ins = [t for t in spec.tensors(params) if t.role == "in"]
-    compulsory = sum(4 * t.rows * t.cols for t in spec.tensors(params))
-    rows = params.get("rows", 0)
-    cols = params.get("cols", 0)
+    size = {"fp32": 4, "int32": 4, "int8": 1}
+    compulsory = sum(size[t.dtype] * t.rows * t.cols for t in spec.tensors(params))
+    macs = spec.macs(params) if spec.macs is not None else 0
+    ideal = -(-macs // dev.config.peak_macs_per_cycle) if macs else \
+        max(1, sum(t.stored_rows * t.wpr for t in compiled.tensors if t.role == "in"))
     host = {"commands": len(compiled.commands), "waits": compiled.waits, "compile_s": round(compiled.compile_s, 4),
-            "tile_ops": len(compiled.ops), "chunks": sum(op.kind == "store" for op in compiled.ops)}
-    async with Measure(dev, spec.name, max(1, sum(t.rows * t.wpr for t in compiled.tensors if t.role == "in")),
-                       {"shape": [rows, cols], "host": host}, compulsory_bytes=compulsory, useful_macs=0,
+            "tile_ops": len(compiled.ops), "chunks": sum(op.kind == "store" for op in compiled.ops),
+            "errata_insertions": compiled.errata_insertions}
+    shape = [params[p.name] for p in spec.params if p.shape]
+    async with Measure(dev, spec.name, ideal, {"shape": shape, "host": host}, compulsory_bytes=compulsory, useful_macs=macs,
                        vector_cycles=units_busy_cycles(dev.config, compiled.commands)) as meas:
         out = await run(dev, compiled, {t.name: inputs[t.name] for t in ins}, budget_cycles)
         await dev.check_no_error()

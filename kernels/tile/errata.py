@@ -1,0 +1,99 @@
+"""Errata mitigations as compiler passes: written once, applied to every tile-language kernel.
+
+The active errata reach the compiler as :class:`workarounds.GemmConstraints` (each registry
+record names the knobs its mitigation sets); each knob is a pass at one stage of the compiler:
+
+* ``avoid_unit_chunk`` (FL-ME-001, a MATMUL of one K step ignores accumulate): before
+  scheduling, an accumulating one-step MATMUL becomes a MATMUL into a scratch tile and a VEC
+  IADD of it into the accumulator (int32 addition wraps exactly as the engine's does);
+* ``repeat_first_a_word`` (FL-ME-002, a back-to-back MATMUL reads its first A word at the
+  previous one's base + K): before placement every A tile gets one more word per panel, a copy
+  of the panel's first word, loaded by a second DMA; after lowering a FENCE goes before a MATMUL
+  whose A panel differs from its predecessor's (only then is the stale word a wrong one);
+* ``b_reserved_top_words`` (FL-SR-001, the engine reads the top word of B as zero): placement
+  never uses those words.
+
+The stream passes of workarounds/passes.py (FL-CP-001, FL-DM-001, FL-DM-002, FL-VU-001) still
+run on every submitted stream, through the device's submit filter.
+"""
+
+from __future__ import annotations
+
+from rtl.isa import Opcode, decode, fence, opcode_of
+
+from .ir import Buffer, Op, Queue, Storage, TileError
+
+__all__ = ["rewrite", "layout", "reserved", "lower"]
+
+
+def rewrite(ops: list[Op], constraints, config) -> list[Op]:
+    if constraints is None or not constraints.avoid_unit_chunk:
+        return ops
+    out = []
+    for op in ops:
+        if op.kind != "matmul" or not op.args["accumulate"] or op.args["k"] != 1:
+            out.append(op)
+            continue
+        if not config.vector:
+            raise TileError(f"{op.line}: a one-step accumulating MATMUL on a revision with FL-ME-001 is mitigated "
+                            f"with a VEC IADD, and this chip has no vector unit: choose K chunks with no "
+                            f"trailing chunk of one step")
+        c = op.args["c_view"]
+        st = Storage("ACC", c.wpr, f"k1_{c.storage.name}", op.line)
+        scratch = Buffer(st, 1, c.wpr, "int32")
+        mm = Op("matmul", Queue.EXEC, op.line, {**op.args, "accumulate": False, "c_view": scratch},
+                reads=[r for r in op.reads if r is not c], writes=[scratch])
+        add = Op("vec", Queue.EXEC, op.line, {"op": "iadd (FL-ME-001)", "cmds": [("iadd", 0, 0, "vector", c.wpr, 0)]},
+                 reads=[c, scratch], writes=[c])
+        for x in (mm, add):
+            x.loop, x.iteration = op.loop, op.iteration
+        out += [mm, add]
+    return out
+
+
+def layout(order: list[Op], constraints) -> None:
+    if constraints is None or not constraints.repeat_first_a_word:
+        return
+    loaded = {id(op.writes[0]): op for op in order if op.kind == "load" and op.writes[0].storage.region == "A"}
+    for op in loaded.values():
+        buf = op.writes[0]
+        buf.stride = buf.wpr + 1  # each panel, then the copy of its first word
+        buf.storage.words = buf.span + 1
+        op.args["repeat_first"] = True
+    for op in order:
+        if op.kind == "matmul":
+            a = op.args["a_tile"]
+            if id(a) not in loaded:
+                raise TileError(f"{op.line}: with FL-ME-002's mitigation a MATMUL takes its A tile as loaded "
+                                f"(not a view of one)")
+            op.args["a_view"].offset = a.offset + op.args["p"] * a.row_stride
+
+
+def reserved(constraints) -> dict[str, int]:
+    if constraints is None or not constraints.b_reserved_top_words:
+        return {}
+    return {"B": constraints.b_reserved_top_words}
+
+
+def lower(cmds: list[int], cmd_ops: list[int], constraints) -> tuple[list[int], list[int], int]:
+    """FL-ME-002: a FENCE before a MATMUL that would issue back to back after one on another A
+    panel (a FENCE, VEC or REDUCE in between drains the engine: no stale read then)."""
+    if constraints is None or not constraints.repeat_first_a_word:
+        return cmds, cmd_ops, 0
+    out, ops, gaps = [], [], 0
+    prev = None
+    for c, oi in zip(cmds, cmd_ops):
+        op = opcode_of(c)
+        if op == Opcode.MATMUL:
+            d = decode(c)
+            here = (d["arg0"], d["length"])
+            if prev is not None and prev != here:
+                out.append(fence(tag=oi))
+                ops.append(oi)
+                gaps += 1
+            prev = here
+        elif op in (Opcode.FENCE, Opcode.VEC, Opcode.REDUCE):
+            prev = None
+        out.append(c)
+        ops.append(oi)
+    return out, ops, gaps

@@ -1,0 +1,69 @@
+"""int8 GEMM, C (int32) = A (M x K) @ B (K x N): groups of ga x gb output tiles, K in chunks of
+kc steps, the next chunk's operands loaded while this one multiplies; a tile row is stored as
+soon as its last chunk is done. golden.gemm_int8 is the reference (int32 sums that wrap)."""
+
+from __future__ import annotations
+
+from kernels import tile
+
+
+def gemm(a, b, c, *, ga: int, gb: int, kc: int):
+    K = a.steps
+    steps = [(i, j, k) for i in range(0, a.panels, ga) for j in range(0, b.panels, gb) for k in range(0, K, kc)]
+    acc = None
+    for i, j, k in tile.pipeline(steps, stages=2):
+        acc = tile.matmul(tile.load(a[i:i + ga, k:k + kc]), tile.load(b[j:j + gb, k:k + kc]), acc if k else None)
+        if k + kc >= K:
+            for p in range(acc.rows):
+                tile.store(c[i + p, j:j + gb], acc[p])
+
+
+# ---- declaration ---------------------------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+import golden  # noqa: E402
+from kernels.tile.runtime import TensorSpec  # noqa: E402
+from kernels.tile.spec import KernelSpec, Param  # noqa: E402
+
+
+def _tensors(p):
+    m, n, k = p["m"], p["n"], p["k"]
+    return [TensorSpec("a", m, k, "int8", layout="a_panels"), TensorSpec("b", k, n, "int8", layout="b_panels"),
+            TensorSpec("c", m, n, "int32", role="out", layout="c_tiles")]
+
+
+def _inputs(p, seed, extremes):
+    """Uniform int8 operands; ``extremes``: only -128, 127, -1, 0 and 1 (sums that wrap int32 at
+    large K)."""
+    rng = np.random.default_rng(seed)
+    if extremes:
+        pick = np.array([-128, 127, -1, 0, 1], np.int8)
+        return {"a": rng.choice(pick, (p["m"], p["k"])), "b": rng.choice(pick, (p["k"], p["n"]))}
+    return {"a": rng.integers(-128, 128, (p["m"], p["k"]), dtype=np.int8),
+            "b": rng.integers(-128, 128, (p["k"], p["n"]), dtype=np.int8)}
+
+
+def _args(p, cfg):
+    """The GEMM planner's tile groups and K chunk (kernels/gemm.py plan_gemm), unless given."""
+    from kernels.gemm import plan_gemm
+
+    plan = plan_gemm(cfg, p["m"], p["n"], p["k"], operand_words=cfg.operand_depth // 2,
+                     a_words=(cfg.operand_depth - 1) // 2 - 1, b_words=(cfg.operand_depth - 1) // 2,
+                     a_panel_extra=1, avoid_unit_chunk=True, nbuf=2)
+    return {"ga": p["ga"] or plan.ga, "gb": p["gb"] or plan.gb, "kc": p["kc"] or plan.kc}
+
+
+SPECS = [KernelSpec(
+    name="tgemm", summary="int8 x int8 -> int32 GEMM written in the tile language, C = A(MxK) @ B(KxN)",
+    source=gemm,
+    params=(Param("m", int, 64, "rows of A and C", 1, 4096, shape=True),
+            Param("n", int, 64, "columns of B and C", 1, 4096, shape=True),
+            Param("k", int, 64, "the inner dimension", 1, 65535, shape=True),
+            Param("ga", int, 0, "tile rows per group (0: the planner's)", 0, 4096),
+            Param("gb", int, 0, "tiles per group row (0: the planner's)", 0, 4096),
+            Param("kc", int, 0, "K steps per chunk (0: the planner's)", 0, 65535)),
+    tensors=_tensors, inputs=_inputs, golden=lambda i, p, lanes: {"c": golden.gemm_int8(i["a"], i["b"])},
+    kernel_args=_args, macs=lambda p: p["m"] * p["n"] * p["k"], needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA"), aten="aten::mm",
+    bench=({"m": 256, "n": 256, "k": 256}, {"m": 4, "n": 512, "k": 512}),
+    examples=("--m 64 --n 64 --k 64", "--m 37 --n 19 --k 100 --rev A0"))]
