@@ -265,7 +265,12 @@ def test_simulator_choices_come_from_the_toolchain():
             if {"--sim", "--sims"} & set(action.option_strings):
                 assert tuple(action.choices) == SIMULATORS, path
                 seen.append(path)
-    assert len(seen) == 17, seen  # run gemm/reduce/softmax/silu/gelu/layernorm/rmsnorm/attention, bench, bringup, faults campaign, numerics, errata check/measure, roofline, model, regress
+    from kernels.tile.spec import registry
+
+    # run gemm/reduce/attention, a run per tile-language kernel (generated from the registry),
+    # bench, bringup, faults campaign, numerics, errata check/measure, roofline, model, regress
+    assert len(seen) == 12 + len(registry()), seen
+    assert {("run", name) for name in registry()} <= set(seen), seen
 
 
 def test_bringup_help_names_every_fault_form(capsys):
@@ -423,16 +428,21 @@ def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
     assert fn is kernel_jobs.bench_job and kw["sim"] == "verilator"
     assert kwargs == {"shapes": [[2, 2, 2], [3, 4, 5]], "seed": 1, "errata_policy": {},
                       "double_buffer": [True, False], "trace": False}  # --buffering both by default
-    # and the vector-unit table, by default attention 256x64 (plain and causal) and 64x256 rows
+    # and the vector-unit table, by default attention 256x64 (plain and causal) and every row
+    # kernel's own bench entries (tests/test_tile_surfaces.py: the registry's, a new kernel's too)
+    from kernels.tile.spec import registry
+
     assert vfn is kernel_jobs.vector_bench_job
-    assert vkwargs == {"attention": [[256, 64, False], [256, 64, True]], "rows": [[64, 256]], "seed": 1}
+    bench_rows = [[s.name, dict(b)] for s in registry().values() if "vector" in s.needs for b in s.bench]
+    assert ["softmax", {"rows": 64, "cols": 256}] in bench_rows
+    assert vkwargs == {"attention": [[256, 64, False], [256, 64, True]], "kernels": bench_rows, "seed": 1}
     n = len(fake_jobs)
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "--attention", "--rows"]) == cli.EXIT_OK
     assert [f for f, _, _ in fake_jobs[n:]] == [kernel_jobs.bench_job], "--attention/--rows with no value: none"
     assert cli.main(["bench", "--sims", "verilator", "--attention", "64"]) == cli.EXIT_CANNOT_START
     n = len(fake_jobs)  # on A0 attention is skipped (its MATMUL-errata mitigations are not built), rows still run
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2"]) == cli.EXIT_OK
-    assert fake_jobs[-1][1]["attention"] == [] and fake_jobs[-1][1]["rows"] == [[64, 256]]
+    assert fake_jobs[-1][1]["attention"] == [] and fake_jobs[-1][1]["kernels"] == bench_rows
     assert [r["shape"] for r in json.loads(out.read_text())] == ["2x2x2", "3x4x5"]
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2"]) == cli.EXIT_CANNOT_START
 

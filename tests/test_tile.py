@@ -23,6 +23,7 @@ from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 from rtl.isa import Opcode, VecB, VecOp, decode, with_sync
 from rtl.memories import Region
+from workarounds import GemmConstraints
 
 CHIP = ChipConfig()
 SMALL = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)
@@ -31,7 +32,7 @@ BOARD = BoardConfig().resolve(CHIP)
 _UNARY = {VecOp.EXP, VecOp.RECIP, VecOp.RSQRT, VecOp.RELU, VecOp.I2F}
 
 
-def _access(cmd: int, word_bytes: int):
+def _access(cmd: int, word_bytes: int, stale_a: bool = False):
     """(queue, kind, reads, writes) of one command from its fields alone."""
     d = decode(cmd)
     op = d["opcode"]
@@ -53,19 +54,37 @@ def _access(cmd: int, word_bytes: int):
         return "exec", "unit", reads, [("ACC", d["arg2"], d["arg2"] + out)]
     if op == Opcode.REDUCE:
         return "exec", "unit", [("ACC", d["arg0"], d["arg0"] + d["length"])], [("ACC", d["arg2"], d["arg2"] + 1)]
+    if op == Opcode.MATMUL:
+        k, a, b, c = d["length"], d["arg0"], d["arg1"], d["arg2"]
+        rows = CHIP.rows
+        # on a chip with FL-ME-002 the A range is one word longer: the stale read is at base + K
+        reads = [("A", a, a + k + int(stale_a)), ("B", b, b + k)] + ([("ACC", c, c + rows)] if d["flags"]["accumulate"] else [])
+        return "exec", "matmul", reads, [("ACC", c, c + rows)]
     if op == Opcode.FENCE:
         return "exec", "unit", [], []
+    if op == Opcode.DMA_STRIDE:
+        return "exec", "nop", [], []
     return "exec", "nop", [], []  # NOP: retires at once, completes nothing before it
 
 
-def races(cmds: list[int], word_bytes: int) -> list[str]:
-    """Unordered conflicting pairs of the stream, and semaphore misuse."""
-    acc = [_access(c, word_bytes) for c in cmds]
+def races(cmds: list[int], word_bytes: int, stale_a: bool = False) -> list[str]:
+    """Unordered conflicting pairs of the stream, and semaphore misuse.
+
+    Per command, the set of commands known complete when it starts (``before_start``) and when it
+    completes (``before_end``), as bitmasks, from these rules alone: a queue starts its commands
+    in order, and the stream pushes a DMA only once it reaches it; a VEC, REDUCE or FENCE starts
+    once every earlier command-stream command is done, a MATMUL once every earlier VEC, REDUCE
+    and FENCE is; a DMA queue and the stream's MATMULs, VECs, REDUCEs and FENCEs complete in
+    order (a NOP or DMA_STRIDE retires at once and implies nothing); the k-th wait on a
+    semaphore starts after its k-th signal's command completed."""
+    acc = [_access(c, word_bytes, stale_a) for c in cmds]
     n = len(cmds)
-    before_start = [0] * n  # bitmask of commands known complete when command i starts
+    before_start = [0] * n
     before_end = [0] * n
     last = {"exec": None, "load": None, "store": None}
-    last_unit_end = 0  # exec: everything done before the last VEC/REDUCE/FENCE started, plus it
+    last_ordered = None  # the last command-stream command that completes in order
+    exec_done = 0  # known complete once every earlier command-stream command is done
+    unit_done = 0  # known complete once the last VEC/REDUCE/FENCE is done
     signals: dict[int, list[int]] = {}
     for i, c in enumerate(cmds):
         s = decode(c)["sync"]
@@ -74,16 +93,17 @@ def races(cmds: list[int], word_bytes: int) -> list[str]:
                 signals.setdefault(s[f"{k}_sem"], []).append(i)
     taken: dict[int, int] = {}
     problems = []
-    stream_prev = None
     for i, c in enumerate(cmds):
         q, kind, _, _ = acc[i]
         bs = 0
         if last[q] is not None:
             bs |= before_start[last[q]]
-        if stream_prev is not None:
-            bs |= before_start[stream_prev]  # pushed in stream order
-        if q == "exec" and kind == "unit":
-            bs |= last_unit_end
+        if last["exec"] is not None:
+            bs |= before_start[last["exec"]]  # pushed in stream order
+        if kind == "unit":
+            bs |= exec_done
+        elif kind == "matmul":
+            bs |= unit_done
         s = decode(c)["sync"]
         if s["wait"]:
             sem = s["wait_sem"]
@@ -98,16 +118,17 @@ def races(cmds: list[int], word_bytes: int) -> list[str]:
                 bs |= before_end[sig[k]]
         before_start[i] = bs
         be = bs | (1 << i)
-        if last[q] is not None and q != "exec":
-            be |= before_end[last[q]]  # a DMA queue completes in order
+        if q != "exec" and last[q] is not None:
+            be |= before_end[last[q]]
+        if kind in ("unit", "matmul"):
+            if last_ordered is not None:
+                be |= before_end[last_ordered]
+            last_ordered = i
+            exec_done |= be
+            if kind == "unit":
+                unit_done = be
         before_end[i] = be
-        if q == "exec" and kind == "unit":
-            last_unit_end = be
-        if q == "exec" and kind == "nop" and last_unit_end:
-            pass
         last[q] = i
-        if q == "exec":
-            stream_prev = i
     for sem, sig in signals.items():
         if taken.get(sem, 0) != len(sig):
             problems.append(f"semaphore {sem}: {len(sig)} signals, {taken.get(sem, 0)} waits (left non-zero)")
@@ -127,22 +148,29 @@ def _ov(a, b) -> bool:
     return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
 
 
-def _compiled(name: str, params: dict, config=CHIP):
+def _compiled(name: str, params: dict, config=CHIP, constraints=None):
     spec = registry()[name]
     p = spec.resolve(params)
-    return spec.compile(p, config, BoardConfig().resolve(config))
+    return spec.compile(p, config, BoardConfig().resolve(config), constraints)
 
 
-CASES = [("softmax", {"rows": 7, "cols": 13}), ("softmax", {"rows": 9, "cols": 100, "tile_rows": 2}),
+CASES = [("tgemm", {"m": 12, "n": 8, "k": 9, "kc": 4}), ("tgemm", {"m": 32, "n": 24, "k": 24, "ga": 4, "gb": 2, "kc": 8}),
+         ("tgemm", {"m": 21, "n": 19, "k": 17, "ga": 3, "gb": 2, "kc": 8}),
+         ("softmax", {"rows": 7, "cols": 13}), ("softmax", {"rows": 9, "cols": 100, "tile_rows": 2}),
          ("layernorm", {"rows": 5, "cols": 13}), ("rmsnorm", {"rows": 6, "cols": 16, "tile_rows": 1}),
          ("gelu", {"rows": 5, "cols": 9}), ("silu", {"rows": 12, "cols": 9, "tile_rows": 3})]
 
 
-@pytest.mark.parametrize("name,params", CASES, ids=[f"{n}-{p['rows']}x{p['cols']}" for n, p in CASES])
-def test_compiled_streams_are_race_free_and_need_every_wait(name, params):
-    c = _compiled(name, params)
+ERRATA_ON = GemmConstraints(b_reserved_top_words=1, avoid_unit_chunk=True, repeat_first_a_word=True)
+
+
+@pytest.mark.parametrize("constraints", [None, ERRATA_ON], ids=["no-errata", "A0-passes"])
+@pytest.mark.parametrize("name,params", CASES, ids=[f"{n}-" + "x".join(str(v) for v in p.values()) for n, p in CASES])
+def test_compiled_streams_are_race_free_and_need_every_wait(name, params, constraints):
+    c = _compiled(name, params, constraints=constraints)
     wb = 4 * CHIP.lanes
-    assert races(c.commands, wb) == [], c.dump()
+    stale = constraints is not None and constraints.repeat_first_a_word
+    assert races(c.commands, wb, stale) == [], c.dump()
     assert c.waits >= 2  # a pipeline always orders its loads before the work and the work before its stores
     for i, cmd in enumerate(c.commands):
         s = decode(cmd)["sync"]
@@ -155,7 +183,7 @@ def test_compiled_streams_are_race_free_and_need_every_wait(name, params):
         cut = list(c.commands)
         cut[i] = _without(cut[i], wait=True)
         cut[sig[k]] = _without(cut[sig[k]], sem=sem)
-        assert any(p.startswith("race") for p in races(cut, wb)), \
+        assert any(p.startswith("race") for p in races(cut, wb, stale)), \
             f"the wait of command {i} on semaphore {sem} is redundant:\n{c.dump()}"
 
 

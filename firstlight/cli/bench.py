@@ -35,11 +35,10 @@ from .common import (
     variant_from_args,
 )
 
-__all__ = ["DEFAULT_SHAPES", "COLUMNS", "add_parser", "bench_table", "cmd"]
+__all__ = ["DEFAULT_SHAPES", "COLUMNS", "add_parser", "bench_table", "row_kernel_cases", "cmd"]
 
 DEFAULT_SHAPES = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256", "4x512x512"]
 DEFAULT_ATTENTION = ["256x64", "256x64c"]  # seq x head dim, c: causal
-DEFAULT_ROWS = ["64x256"]  # rows x values per row, for softmax and the norms
 ICARUS_MAX_SIDE = 128  # Icarus is much slower: without --shapes it runs shapes of at most this side cubed MACs
 
 
@@ -72,8 +71,9 @@ def add_parser(subparsers) -> None:
                    help=f"attention shapes for the vector-unit table, a trailing c for causal (default: "
                         f"{' '.join(DEFAULT_ATTENTION)}; with no value: none)")
     b.add_argument("--rows", nargs="*", default=None, metavar="RxC", dest="row_shapes",
-                   help=f"softmax / LayerNorm / RMSNorm shapes for the vector-unit table (default: "
-                        f"{' '.join(DEFAULT_ROWS)}; with no value: none)")
+                   help="shapes for the row kernels of the vector-unit table, each run by every tile-language "
+                        "vector-unit kernel with rows and cols parameters (default: each kernel's own bench entries "
+                        "in its declaration; with no value: none)")
     b.add_argument("--limit", action="store_true",
                    help="measure the harness against the simulator's limit instead: a bare Verilator build of the "
                         "same Verilog replays a recorded run (a Verilog driver, no VPI, no cocotb) and the table "
@@ -140,7 +140,40 @@ VECTOR_COLUMNS = [("sim", "sim", str), ("kernel", "kernel", str), ("shape", "sha
                   ("result", "passed", lambda v: "pass" if v else "FAIL"), ("cycles", "cycles", lambda v: f"{v:,}"),
                   ("bound", "bound", str), ("attainable", "attainable_cycles", lambda v: f"{v:,}"),
                   ("roof\nutil", "roof_utilization", fmt_pct), ("engine\nbusy", "engine_busy", lambda v: f"{v:,}"),
-                  ("vector\nbusy", "vector_busy", lambda v: f"{v:,}"), ("SQNR\ndB", "sqnr_db", lambda v: f"{v:.1f}")]
+                  ("vector\nbusy", "vector_busy", lambda v: f"{v:,}"),
+                  ("SQNR\ndB", "sqnr_db", lambda v: "-" if v is None else f"{v:.1f}"),
+                  ("compile\ns", "compile_s", lambda v: "-" if v is None else f"{v:.3f}")]
+
+
+def row_kernel_cases(shapes: list[list[int]] | None, config, board) -> tuple[list[list], list[str]]:
+    """The row-kernel rows of the vector-unit table, from the registry (kernels/tile/spec.py):
+    ``([name, params], ...)`` for every KernelSpec that needs the vector unit and every entry of
+    its ``bench``, or with ``shapes`` (``--rows``) every such kernel with ``rows`` and ``cols`` at
+    each shape, its other parameters at their defaults; and why a case was left out. (A kernel
+    that does not use the vector unit, the tile-language GEMM, is not this table's.) Each case is
+    resolved and compiled for this chip here, so that a kernel that cannot run on it (a shape out
+    of its range, a tile that does not fit the SRAM, no vector unit) is a line of the output
+    instead of a failed job."""
+    from kernels.tile.spec import registry
+
+    cases, skipped = [], []
+    for spec in registry().values():
+        if "vector" not in spec.needs:
+            continue
+        if shapes is None:
+            entries = [dict(b) for b in spec.bench]
+        elif {"rows", "cols"} <= {prm.name for prm in spec.params}:
+            entries = [{"rows": r, "cols": c} for r, c in shapes]
+        else:
+            entries = []
+        for params in entries:
+            try:
+                spec.compile(spec.resolve(params), config, board)
+            except ValueError as e:  # TileError and KernelRefused are ValueErrors
+                skipped.append(f"{spec.name} {params}: {e}")
+                continue
+            cases.append([spec.name, params])
+    return cases, skipped
 
 
 def bench_table(rows: list[dict], title: str) -> FittedTable:
@@ -182,7 +215,7 @@ def cmd(args) -> int:
     variant = variant_from_args(args)
     shapes_given = [_parse_shape(x) for x in (args.shapes or DEFAULT_SHAPES)]
     attention = [_parse_attention(x) for x in (DEFAULT_ATTENTION if args.attention is None else args.attention)]
-    row_shapes = [_parse_rows(x) for x in (DEFAULT_ROWS if args.row_shapes is None else args.row_shapes)]
+    row_shapes = None if args.row_shapes is None else [_parse_rows(x) for x in args.row_shapes]
 
     # imported once the arguments are known good, so that a bad one exits 2 quickly
     from cosim.build import build_simulator
@@ -237,12 +270,16 @@ def cmd(args) -> int:
         console.print(plain((f"attention skipped on {args.rev}: ", "yellow"), f"its mitigations of {', '.join(blockers)} "
                             "are not built for the attention kernel yet (bench --rev B1 runs it)"))
         attention = []
-    if cfg.vector and (attention or row_shapes):
+    row_cases, skipped = row_kernel_cases(row_shapes, cfg, board) if cfg.vector else ([], [])
+    for why in skipped:
+        console.print(plain(("row kernel skipped: ", "yellow"), why))
+    if cfg.vector and (attention or row_cases):
         for s in sims:
             if s == "icarus" and args.attention is None and args.row_shapes is None:
                 continue  # ~40x slower: only what is asked for
             recs, job_failed, died = _bench_records(kernel_jobs.vector_bench_job, {
-                "attention": attention, "rows": row_shapes, "seed": args.seed}, "vector_bench", variant, s, args.keep)
+                "attention": attention, "kernels": row_cases, "seed": args.seed}, "vector_bench", variant, s,
+                args.keep)
             failed |= job_failed
             harness |= died
             for r in recs:
@@ -252,10 +289,12 @@ def cmd(args) -> int:
                               "cycles": st["cycles"], "bound": st["bound"], "attainable_cycles": st["attainable_cycles"],
                               "roof_utilization": st["roof_utilization"], "engine_busy": st["engine_busy_cycles"],
                               "vector_busy": st["vector_busy_cycles"] + st["reduce_busy_cycles"],
-                              "sqnr_db": r["sqnr_db"], "plan": st.get("plan")})
+                              "sqnr_db": r["sqnr_db"], "plan": st.get("plan"), "params": r.get("params"),
+                              "compile_s": (st.get("host") or {}).get("compile_s")})
         console.print(FittedTable(
             f"Vector-unit kernels on a {cfg.rows}x{cfg.cols} array, revision {args.rev} (bit-exact vs the kernel "
-            "golden; SQNR vs float64; vector busy = vector + reduction unit cycles, which the engine does not overlap)",
+            "golden; SQNR vs float64; vector busy = vector + reduction unit cycles, which the engine does not overlap; "
+            "compile s = the tile compiler's host time)",
             [h for h, _, _ in VECTOR_COLUMNS],
             [[fmt(r[k]) for _, k, fmt in VECTOR_COLUMNS] for r in vrows], keys=3))
     if args.session_calls:  # issue 12: what one call through a session costs

@@ -134,7 +134,10 @@ def kernel_arguments(spec, arrays: dict[str, np.ndarray], given: dict) -> tuple[
     if twice:
         raise ValueError(f"kernel {spec.name}: {', '.join(twice)} come from the shape of its first input; "
                          "do not pass them")
-    p = spec.resolve(given)  # unknown or out-of-range parameters refused, naming the accepted ones
+    try:
+        p = spec.resolve(given)  # unknown or out-of-range parameters refused, naming the accepted ones
+    except ValueError as e:
+        raise ValueError(str(e) if str(e).startswith(f"kernel {spec.name}") else f"kernel {spec.name}: {e}") from None
     names = [t.name for t in spec.tensors(p) if t.role == "in"]
     missing, extra = [n for n in names if n not in arrays], [n for n in arrays if n not in names]
     if missing or extra:

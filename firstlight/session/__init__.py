@@ -471,6 +471,8 @@ class Session:
                 if key in ins:
                     raise TypeError(f"kernel {name} got its input {key} twice: by position and by name")
                 ins[key] = v
+            elif key in k["from_shape"]:
+                raise TypeError(f"kernel {name} takes {key} from the shape of {inputs[0]}; do not pass it")
             else:
                 raise TypeError(f"kernel {name} has no input or parameter {key!r}; " + _accepted(name, k))
         missing = [n for n in inputs if n not in ins]

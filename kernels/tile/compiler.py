@@ -108,22 +108,22 @@ def format_command(c: int) -> str:
 
 
 def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, dram_bytes: int,
-                  bus_bytes: int, constraints=None) -> Compiled:
+                  bus_bytes: int, constraints=None, bytes_per_cycle: float = 1.0) -> Compiled:
     """``constraints``: the active mitigations' GEMM constraints (workarounds.GemmConstraints),
     which the errata passes of kernels/tile/errata.py apply to every kernel."""
     from . import errata
 
     ops = errata.rewrite(ops, constraints, config)
-    order = _hoist_stores(_schedule(ops))
+    order = _hoist_stores(_interleave_tails(_schedule(ops), config, bytes_per_cycle))
     for i, op in enumerate(order):
         op.index = i
     _coalesce(order)
     errata.layout(order, constraints)
     storages, peak = _place(order, config, errata.reserved(constraints))
     _place_dram(tensors, dram_bytes, bus_bytes)
+    order, gaps = errata.gaps(order, constraints)
     order, plan, edges, relays = _synchronise(order)
     cmds, cmd_ops, waits, signals = _lower(order, plan, config)
-    cmds, cmd_ops, gaps = errata.lower(cmds, cmd_ops, constraints)
     c = Compiled(name, cmds, cmd_ops, order, tensors, storages, waits, signals, relays, peak, edges)
     c.errata_insertions = gaps
     return c
@@ -158,6 +158,68 @@ def _schedule(ops: list[Op]) -> list[Op]:
             out += rest[k]
         i = j
     return out
+
+
+def _interleave_tails(order: list[Op], config, bytes_per_cycle: float) -> list[Op]:
+    """The last two steps of an accumulation chain, interleaved by rows: in a pipelined loop, when
+    iteration ``i + 1`` ends the chains it continues (it stores them), its MATMUL rows go between
+    iteration ``i``'s, after the ``lead`` rows that cover the arrival of its operands. A tile
+    row is then complete two rows of MATMULs apart from early in iteration ``i``, and its store
+    uses the DRAM while the rest computes, instead of every store queueing at the end (where
+    the next chain's first rows would wait for them). Each tile still accumulates in K order."""
+    out = list(order)
+    i = 0
+    while i < len(out):
+        op = out[i]
+        if op.kind != "matmul" or op.loop is None:
+            i += 1
+            continue
+        it = op.iteration
+        first = [x for x in out if x.loop is op.loop and x.iteration == it and x.kind == "matmul"]
+        second = [x for x in out if x.loop is op.loop and x.iteration == it + 1 and x.kind == "matmul"]
+        stores = [x for x in out if x.loop is op.loop and x.iteration == it + 1 and x.kind == "store"]
+        key = lambda x: (id(x.args["c_view"].storage), x.args["c_view"].offset)  # noqa: E731
+        nxt = [x for x in out if x.loop is op.loop and x.iteration == it + 2 and x.kind == "matmul"]
+        chain_ends = stores and not any(key(x) in {key(y) for y in second} for x in nxt)
+        if not (chain_ends and len(first) == len(second) > 1
+                and [key(x) for x in first] == [key(x) for x in second]):
+            i = out.index(first[-1]) + 1
+            continue
+        pos = [out.index(x) for x in first + second]
+        if pos != list(range(pos[0], pos[0] + len(pos))) and not _only_loads_between(out, pos):
+            i = out.index(first[-1]) + 1
+            continue
+        loads = sum(x.writes[0].span * _word_bytes(x, config) for x in out
+                    if x.loop is op.loop and x.iteration == it + 1 and x.kind == "load")
+        step = max(first[0].args["k"], config.min_matmul_cycles)
+        row_cycles = first[0].args["pb"] * step
+        lead = max(0, min(len(first), -(-int(loads / bytes_per_cycle) // max(row_cycles, 1)) - 1))
+        between = [out[j] for j in range(pos[0], pos[-1] + 1) if out[j] not in first and out[j] not in second]
+        # the loads between them (the pipeline's next ones) go after the first step's last row: they
+        # fill that step's buffers, so they cannot start before it is done, and emitted earlier
+        # they would hold both its buffers and theirs
+        merged = first[:lead]
+        for j in range(len(second)):
+            if lead + j < len(first):
+                merged.append(first[lead + j])
+                if lead + j == len(first) - 1:
+                    merged += between
+            merged.append(second[j])
+        if lead >= len(first):
+            merged += between
+        out[pos[0]:pos[-1] + 1] = merged
+        i = pos[0] + len(merged)
+    return out
+
+
+def _only_loads_between(out: list[Op], pos: list[int]) -> bool:
+    span = set(range(pos[0], pos[-1] + 1)) - set(pos)
+    return all(out[j].kind == "load" for j in span)
+
+
+def _word_bytes(op: Op, config) -> int:
+    region = op.writes[0].storage.region
+    return {"A": config.rows, "B": config.cols}.get(region, 4 * config.lanes)
 
 
 def _hoist_stores(order: list[Op]) -> list[Op]:
@@ -401,6 +463,8 @@ def _synchronise(order: list[Op]) -> tuple[list[Op], list[_Sync], list[tuple[int
         final.append(op)
         acc.append(_accesses(op))
         kc = dict(last_start[q])
+        if q != Queue.EXEC:  # the stream pushes a DMA only once it got there: after its last command started
+            kc = _join(kc, last_start[Queue.EXEC])
         if q == Queue.EXEC and pos[q]:
             if op.kind == "matmul":  # issues once the reduction and vector units are idle, not the engine
                 if last_unit[0] >= 0:

@@ -19,11 +19,9 @@ run on every submitted stream, through the device's submit filter.
 
 from __future__ import annotations
 
-from rtl.isa import Opcode, decode, fence, opcode_of
-
 from .ir import Buffer, Op, Queue, Storage, TileError
 
-__all__ = ["rewrite", "layout", "reserved", "lower"]
+__all__ = ["rewrite", "layout", "reserved", "gaps"]
 
 
 def rewrite(ops: list[Op], constraints, config) -> list[Op]:
@@ -75,25 +73,25 @@ def reserved(constraints) -> dict[str, int]:
     return {"B": constraints.b_reserved_top_words}
 
 
-def lower(cmds: list[int], cmd_ops: list[int], constraints) -> tuple[list[int], list[int], int]:
-    """FL-ME-002: a FENCE before a MATMUL that would issue back to back after one on another A
-    panel (a FENCE, VEC or REDUCE in between drains the engine: no stale read then)."""
+def gaps(order: list[Op], constraints) -> tuple[list[Op], int]:
+    """FL-ME-002: a FENCE before a MATMUL row that would issue back to back after one on another A
+    panel (a FENCE, VEC or REDUCE in between drains the engine: no stale read then). On the
+    placed ops, before the semaphores are worked out, so that they count the FENCE's order."""
     if constraints is None or not constraints.repeat_first_a_word:
-        return cmds, cmd_ops, 0
-    out, ops, gaps = [], [], 0
+        return order, 0
+    out, n = [], 0
     prev = None
-    for c, oi in zip(cmds, cmd_ops):
-        op = opcode_of(c)
-        if op == Opcode.MATMUL:
-            d = decode(c)
-            here = (d["arg0"], d["length"])
+    for op in order:
+        if op.kind == "matmul":
+            a = op.args["a_view"]
+            here = (a.storage.addr + a.offset, op.args["k"])
             if prev is not None and prev != here:
-                out.append(fence(tag=oi))
-                ops.append(oi)
-                gaps += 1
+                f = Op("fence", Queue.EXEC, op.line, {"op": "FL-ME-002 gap"})
+                f.loop, f.iteration = op.loop, op.iteration
+                out.append(f)
+                n += 1
             prev = here
-        elif op in (Opcode.FENCE, Opcode.VEC, Opcode.REDUCE):
+        elif op.queue == Queue.EXEC:
             prev = None
-        out.append(c)
-        ops.append(oi)
-    return out, ops, gaps
+        out.append(op)
+    return out, n

@@ -42,7 +42,7 @@ class TensorSpec:
 
 
 def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dram_bytes: int,
-          bus_bytes: int, constraints=None) -> Compiled:
+          bus_bytes: int, constraints=None, bytes_per_cycle: float = 1.0) -> Compiled:
     """Trace ``fn(*tensors, **params)`` for ``config`` and compile it (with the errata passes
     ``constraints``, a workarounds.GemmConstraints, ask for); raises TileError with the kernel's
     source line for what it refuses."""
@@ -57,7 +57,7 @@ def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dra
         fn(*refs, **params)
     if not any(op.kind == "store" for op in tr.ops):
         raise TileError(f"kernel {name} stores nothing: its outputs would never be written")
-    c = compile_trace(name, tr.ops, tr.tensors, config, dram_bytes, bus_bytes, constraints)
+    c = compile_trace(name, tr.ops, tr.tensors, config, dram_bytes, bus_bytes, constraints, bytes_per_cycle)
     c.compile_s = time.perf_counter() - t0
     return c
 

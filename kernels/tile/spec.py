@@ -21,7 +21,7 @@ import numpy as np
 from .ir import TileError
 from .runtime import TensorSpec, build, run, units_busy_cycles
 
-__all__ = ["Param", "KernelSpec", "registry", "get", "run_spec", "call", "KernelRefused"]
+__all__ = ["Param", "Target", "KernelSpec", "registry", "get", "run_spec", "call", "KernelRefused"]
 
 
 class KernelRefused(ValueError):
@@ -69,6 +69,16 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Target:
+    """What a kernel's tile sizes are chosen for: the chip's config, its board (resolved: DRAM
+    bandwidth and latency) and the GEMM constraints of the errata in force (None: none)."""
+
+    config: object
+    board: object
+    constraints: object = None
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """Everything about one kernel, declared once.
 
@@ -76,7 +86,8 @@ class KernelSpec:
     tensors for parameters ``p`` (inputs first, then outputs); ``inputs(p, seed, extremes)`` the
     seeded inputs by tensor name; ``golden(inputs, p, lanes)`` the chip's outputs, bit for bit;
     ``reference(inputs, p)`` the mathematics in float64 (for SQNR), if any; ``kernel_args(p,
-    config)`` what the source takes besides its tensors (a tile size chosen for the chip)."""
+    target)`` what the source takes besides its tensors (tile sizes chosen for the
+    :class:`Target`: the chip, its board and the errata constraints in force)."""
 
     name: str
     summary: str
@@ -85,7 +96,7 @@ class KernelSpec:
     tensors: Callable[[dict], list[TensorSpec]]
     inputs: Callable[[dict, int, bool], dict]
     golden: Callable[[dict, dict, int], dict]
-    kernel_args: Callable[[dict, object], dict]
+    kernel_args: Callable[[dict, "Target"], dict]
     reference: Callable[[dict, dict], dict] | None = None
     needs: tuple[str, ...] = ("vector",)
     units: tuple[str, ...] = ("CMDPROC", "DMA", "VECTOR")
@@ -117,8 +128,10 @@ class KernelSpec:
         why = self.refusal(config)
         if why:
             raise KernelRefused(why)
-        return build(self.name, self.source, config, self.tensors(params), self.kernel_args(params, config),
-                     dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes, constraints=constraints)
+        target = Target(config, board, constraints)
+        return build(self.name, self.source, config, self.tensors(params), self.kernel_args(params, target),
+                     dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes, constraints=constraints,
+                     bytes_per_cycle=board.bytes_per_cycle)
 
 
 def _modules() -> list[str]:

@@ -52,7 +52,7 @@ def _spec(kind, source, summary, aten):
         name=kind, summary=summary, source=source, params=(*SHAPE, TILE_ROWS), tensors=_tensors, inputs=_inputs,
         golden=lambda i, p, lanes: {"out": activation_rows(kind, i["x"], lanes)},
         reference=lambda i, p: {"out": activation_reference(kind, np.where(np.isfinite(i["x"]), i["x"], np.nan))},
-        kernel_args=lambda p, cfg: {"rows": tile_rows(source, _tensors, p, cfg)}, aten=aten,
+        kernel_args=lambda p, t: {"rows": tile_rows(source, _tensors, p, t.config)}, aten=aten,
         bench=({"rows": 64, "cols": 256},), examples=("--rows 8 --cols 100",))
 
 

@@ -44,7 +44,8 @@ def _inputs(p, seed, extremes):
             "b": rng.integers(-128, 128, (p["k"], p["n"]), dtype=np.int8)}
 
 
-def _args(p, cfg):
+def _args(p, t):
+    cfg = t.config
     """The GEMM planner's tile groups and K chunk (kernels/gemm.py plan_gemm), unless given."""
     from kernels.gemm import plan_gemm
 

@@ -63,7 +63,7 @@ def _eps(default: float) -> Param:
 
 
 def _args(source, tensors):
-    return lambda p, cfg: {"eps": p["eps"], "rows": tile_rows(source, tensors, p, cfg, {"eps": p["eps"]})}
+    return lambda p, t: {"eps": p["eps"], "rows": tile_rows(source, tensors, p, t.config, {"eps": p["eps"]})}
 
 
 SPECS = [

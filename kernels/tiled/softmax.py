@@ -49,6 +49,6 @@ SPECS = [KernelSpec(
     name="softmax", summary="row softmax in fp32 on the reduction and vector units", source=softmax,
     params=(*SHAPE, TILE_ROWS),
     tensors=_tensors, inputs=_inputs, golden=lambda ins, p, lanes: {"out": softmax_rows(ins["x"], lanes)},
-    reference=_reference, kernel_args=lambda p, cfg: {"rows": tile_rows(softmax, _tensors, p, cfg)},
+    reference=_reference, kernel_args=lambda p, t: {"rows": tile_rows(softmax, _tensors, p, t.config)},
     units=("REDUCE", "CMDPROC", "DMA", "VECTOR"), aten="aten::_softmax",
     bench=({"rows": 64, "cols": 256},), examples=("--rows 16 --cols 100", "--rows 64 --cols 256 --extremes"))]
