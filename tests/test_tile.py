@@ -32,7 +32,7 @@ BOARD = BoardConfig().resolve(CHIP)
 _UNARY = {VecOp.EXP, VecOp.RECIP, VecOp.RSQRT, VecOp.RELU, VecOp.I2F}
 
 
-def _access(cmd: int, word_bytes: int, stale_a: bool = False):
+def _access(cmd: int, word_bytes: int, stale_a: bool = False, zero_b: int | None = None):
     """(queue, kind, reads, writes) of one command from its fields alone."""
     d = decode(cmd)
     op = d["opcode"]
@@ -59,6 +59,8 @@ def _access(cmd: int, word_bytes: int, stale_a: bool = False):
         rows = CHIP.rows
         # on a chip with FL-ME-002 the A range is one word longer: the stale read is at base + K
         reads = [("A", a, a + k + int(stale_a)), ("B", b, b + k)] + ([("ACC", c, c + rows)] if d["flags"]["accumulate"] else [])
+        if b == zero_b:  # FL-ME-002's spacer: any A word times zero B words adds 0; its A read is benign
+            reads = reads[1:]
         return "exec", "matmul", reads, [("ACC", c, c + rows)]
     if op == Opcode.FENCE:
         return "exec", "unit", [], []
@@ -77,7 +79,9 @@ def races(cmds: list[int], word_bytes: int, stale_a: bool = False) -> list[str]:
     and FENCE is; a DMA queue and the stream's MATMULs, VECs, REDUCEs and FENCEs complete in
     order (a NOP or DMA_STRIDE retires at once and implies nothing); the k-th wait on a
     semaphore starts after its k-th signal's command completed."""
-    acc = [_access(c, word_bytes, stale_a) for c in cmds]
+    # on a chip with FL-ME-002 the spacers' zero B words lie under FL-SR-001's top word
+    zero_b = CHIP.operand_depth - 1 - 2 if stale_a else None
+    acc = [_access(c, word_bytes, stale_a, zero_b) for c in cmds]
     n = len(cmds)
     before_start = [0] * n
     before_end = [0] * n

@@ -120,8 +120,8 @@ def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, d
     _coalesce(order)
     errata.layout(order, constraints)
     storages, peak = _place(order, config, errata.reserved(constraints))
+    order, gaps = errata.gaps(order, constraints, config, tensors)
     _place_dram(tensors, dram_bytes, bus_bytes)
-    order, gaps = errata.gaps(order, constraints)
     order, plan, edges, relays = _synchronise(order)
     cmds, cmd_ops, waits, signals = _lower(order, plan, config)
     c = Compiled(name, cmds, cmd_ops, order, tensors, storages, waits, signals, relays, peak, edges)
@@ -307,11 +307,14 @@ def _coalesce(order: list[Op]) -> None:
 
 # ---- 3. place -------------------------------------------------------------------------------
 
-def _place(order: list[Op], config, reserved: dict[str, int] | None = None) -> tuple[list[Storage], dict[str, int]]:
-    """``reserved``: words at the top of a region no tile may use (an erratum's)."""
+def _place(order: list[Op], config, reserved: dict[str, tuple[int, int]] | None = None
+           ) -> tuple[list[Storage], dict[str, int]]:
+    """``reserved``: (bottom, top) words of a region no tile may use (an erratum's)."""
     depth = {"ACC": config.acc_depth, "A": config.operand_depth, "B": config.operand_depth}
-    for r, n in (reserved or {}).items():
-        depth[r] -= n
+    low = {r: 0 for r in depth}
+    for r, (bottom, top) in (reserved or {}).items():
+        depth[r] -= top
+        low[r] = bottom
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     stores: dict[int, Storage] = {}
@@ -321,7 +324,7 @@ def _place(order: list[Op], config, reserved: dict[str, int] | None = None) -> t
             stores[id(s)] = s
             first.setdefault(id(s), op.index)
             last[id(s)] = max(last.get(id(s), op.index), op.index)
-    free: dict[str, list[list[int]]] = {r: [[0, d]] for r, d in depth.items()}  # [start, end) holes
+    free: dict[str, list[list[int]]] = {r: [[low[r], d]] for r, d in depth.items()}  # [start, end) holes
     live: list[Storage] = []
     peak = {r: 0 for r in depth}
     used = {r: 0 for r in depth}
@@ -603,6 +606,10 @@ def _commands(op: Op, config) -> list[tuple]:
                 kw["_strides"] = (buf.row_stride, t.wpr * t.word_bytes)
             out.append((_loader(region), kw))
         return out
+    if op.kind == "matmul" and op.args.get("spacer"):
+        c = op.args["c_view"]
+        return [(matmul, {"a": op.args["a_addr"], "b": op.args["b_addr"], "c": c.storage.addr + c.offset,
+                          "k": op.args["k"], "accumulate": True})]
     if op.kind == "matmul":
         a, b, c = op.args["a_view"], op.args["b_view"], op.args["c_view"]
         aa = a.storage.addr + a.offset

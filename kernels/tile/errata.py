@@ -19,6 +19,8 @@ run on every submitted stream, through the device's submit filter.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .ir import Buffer, Op, Queue, Storage, TileError
 
 __all__ = ["rewrite", "layout", "reserved", "gaps"]
@@ -67,29 +69,61 @@ def layout(order: list[Op], constraints) -> None:
             op.args["a_view"].offset = a.offset + op.args["p"] * a.row_stride
 
 
-def reserved(constraints) -> dict[str, int]:
-    if constraints is None or not constraints.b_reserved_top_words:
-        return {}
-    return {"B": constraints.b_reserved_top_words}
+SPACER_K = 2  # a spacer MATMUL's steps: not 1 (FL-ME-001), and as short as that allows
 
 
-def gaps(order: list[Op], constraints) -> tuple[list[Op], int]:
-    """FL-ME-002: a FENCE before a MATMUL row that would issue back to back after one on another A
-    panel (a FENCE, VEC or REDUCE in between drains the engine: no stale read then). On the
-    placed ops, before the semaphores are worked out, so that they count the FENCE's order."""
-    if constraints is None or not constraints.repeat_first_a_word:
+def reserved(constraints) -> dict[str, tuple[int, int]]:
+    """SRAM words placement leaves alone, as (bottom, top) per region: FL-SR-001's top B word;
+    with FL-ME-002 the spacers' A words at the bottom (they read any A word below the panel they
+    precede) and their zero B words below the top."""
+    out: dict[str, tuple[int, int]] = {}
+    if constraints is None:
+        return out
+    top_b = constraints.b_reserved_top_words
+    if constraints.repeat_first_a_word:
+        out["A"] = (SPACER_K, 0)
+        top_b += SPACER_K
+    if top_b:
+        out["B"] = (0, top_b)
+    return out
+
+
+def gaps(order: list[Op], constraints, config, tensors: list) -> tuple[list[Op], int]:
+    """FL-ME-002: before a MATMUL row that would issue back to back after one on another A panel, a
+    spacer: a 2-step MATMUL on zero B words (it adds 0 into the row's first tile) whose A range
+    ends where the panel starts, so the stale read of the row's first MATMUL is its right first
+    word (a FENCE, VEC or REDUCE in between drains the engine: no stale read then, no spacer).
+    A spacer holds the feed ``max(2, min_matmul_cycles)`` cycles, a FENCE drains the engine
+    (4 against 12 cycles on 4x4). On the placed ops, before the semaphores are worked out."""
+    if constraints is None or not constraints.repeat_first_a_word or not any(op.kind == "matmul" for op in order):
         return order, 0
-    out, n = [], 0
+    from .ir import TensorDecl
+
+    top = config.operand_depth - constraints.b_reserved_top_words - SPACER_K
+    zeros = TensorDecl("spacer_zeros", 1, SPACER_K, "int8", SPACER_K, 0, "const", config.cols,
+                       np.zeros(SPACER_K * config.cols // 4 or 1, np.uint32))
+    tensors.append(zeros)
+    zst = Storage("B", SPACER_K, "spacer_zeros", "(FL-ME-002)", addr=top)
+    zbuf = Buffer(zst, 1, SPACER_K, "int8")
+    zload = Op("load", Queue.LOAD, "(FL-ME-002: the spacers' zero B words)", writes=[zbuf],
+               dram_reads=[(zeros, 0, 1, 0, SPACER_K)])
+    out, n = [zload], 0
     prev = None
     for op in order:
         if op.kind == "matmul":
             a = op.args["a_view"]
-            here = (a.storage.addr + a.offset, op.args["k"])
+            at = a.storage.addr + a.offset
+            here = (at, op.args["k"])
             if prev is not None and prev != here:
-                f = Op("fence", Queue.EXEC, op.line, {"op": "FL-ME-002 gap"})
-                f.loop, f.iteration = op.loop, op.iteration
-                out.append(f)
+                c = op.args["c_view"]
+                slot = Buffer(c.own, 1, config.rows, "int32", False, c.offset)
+                sp = Op("matmul", Queue.EXEC, op.line, {"op": "FL-ME-002 spacer", "spacer": True, "a_addr": at - SPACER_K,
+                                                        "b_addr": top, "k": SPACER_K, "c_view": slot},
+                        reads=[zbuf, slot], writes=[slot])
+                sp.loop, sp.iteration = op.loop, op.iteration
+                out.append(sp)
                 n += 1
+                prev = (at - SPACER_K, SPACER_K)
             prev = here
         elif op.queue == Queue.EXEC:
             prev = None

@@ -46,7 +46,8 @@ def _inputs(p, seed, extremes):
 
 def _args(p, t):
     """Tile groups and K chunk from the GEMM planner (kernels/gemm.py plan_gemm) for the SRAM the
-    errata passes leave (FL-ME-002: a word more per A panel; FL-SR-001: B's top word), unless
+    errata passes leave (FL-ME-002: a word more per A panel and the spacers' words; FL-SR-001:
+    B's top word), unless
     given. Candidates: groups that fill the accumulator SRAM or half of it (the next group's
     MATMULs then never wait for this one's stores), K in chunks as long as fit or in four; the
     planner's DRAM model picks."""
@@ -54,16 +55,18 @@ def _args(p, t):
 
     cfg, cons = t.config, t.constraints
     extra = 1 if cons is not None and cons.repeat_first_a_word else 0
-    reserved = cons.b_reserved_top_words if cons is not None else 0
+    spacer = 2 * extra  # FL-ME-002's spacers: A words below the first buffer, zero B words (kernels/tile/errata.py)
+    reserved = (cons.b_reserved_top_words if cons is not None else 0) + spacer
     bw = t.board.bytes_per_cycle
     best, best_key = None, None
     for acc_words in (None, cfg.acc_depth // 2):
         for k_chunk in ((p["kc"],) if p["kc"] else (None, -(-p["k"] // 4))):
             try:
                 plan = plan_gemm(cfg, p["m"], p["n"], p["k"], operand_words=cfg.operand_depth // 2,
-                                 b_words=(cfg.operand_depth - reserved) // 2, a_panel_extra=extra,
-                                 avoid_unit_chunk=cons is not None and cons.avoid_unit_chunk, acc_words=acc_words,
-                                 k_chunk=k_chunk, bytes_per_cycle=bw, row_gap="fence" if extra else "")
+                                 a_words=(cfg.operand_depth - spacer) // 2, b_words=(cfg.operand_depth - reserved) // 2,
+                                 a_panel_extra=extra, avoid_unit_chunk=cons is not None and cons.avoid_unit_chunk,
+                                 acc_words=acc_words, k_chunk=k_chunk, bytes_per_cycle=bw,
+                                 row_gap="spacer" if extra else "")
             except ValueError:
                 continue
             # the model's cycles, then more chunks: where it sees no difference, a chunk more to
