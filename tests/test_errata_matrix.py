@@ -21,12 +21,12 @@ from workarounds.registry import ASSESSED_REVISIONS, Unit
 _CACHE: dict = {}
 
 
-def _matrix(sim: str, rev: str) -> list[dict]:
+def _matrix(sim: str, rev: str, kind: str = "cell") -> list[dict]:
     key = (sim, rev)
     if key not in _CACHE:
         res = run_job(errata_matrix_job, {"seed": SEED}, variant=Variant(revision=rev), sim=sim)
-        _CACHE[key] = [r for r in res.records if r.get("type") == "cell"]
-    return _CACHE[key]
+        _CACHE[key] = res.records
+    return [r for r in _CACHE[key] if r.get("type") == kind]
 
 
 @pytest.mark.sim
@@ -42,6 +42,24 @@ def test_matrix_fails_exactly_where_affected_and_off(sim_name, rev):
         if c["passed"] != expect_pass:
             wrong.append(f"{c['id']} mitigation {c['policy']}: {'passed' if c['passed'] else 'failed'}, expected "
                          f"{'pass' if expect_pass else 'fail'} ({c['mismatch']})")
+    assert not wrong, f"on {rev} ({sim_name}, seed {SEED}):\n" + "\n".join(wrong)
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("sim_name", ["verilator", "icarus"])
+@pytest.mark.parametrize("rev", ASSESSED_REVISIONS)
+def test_tile_language_cells_fail_exactly_where_affected_and_off(sim_name, rev):
+    """The same rule on the tile-language kernels (Erratum.tile_cell): each mitigation that is a
+    compiler pass (FL-ME-001, FL-ME-002, FL-SR-001) or a stream pass (FL-DM-001, FL-DM-002) is
+    needed on its affected revisions and harmless on the others."""
+    require_sim(sim_name)
+    cells = _matrix(sim_name, rev, "tile_cell")
+    want = {(e.id, p) for e in ERRATA if e.tile_cell is not None for p in ("on", "off")}
+    assert {(c["id"], c["policy"]) for c in cells} == want
+    assert len(want) >= 10
+    wrong = [f"{c['id']} ({c['kernel']}) mitigation {c['policy']}: {'passed' if c['passed'] else 'failed'}, "
+             f"expected {'pass' if expected_cell_pass(c) else 'fail'} ({c['mismatch']})"
+             for c in cells if c["passed"] != expected_cell_pass(c)]
     assert not wrong, f"on {rev} ({sim_name}, seed {SEED}):\n" + "\n".join(wrong)
 
 

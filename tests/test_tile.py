@@ -79,8 +79,8 @@ def races(cmds: list[int], word_bytes: int, stale_a: bool = False) -> list[str]:
     and FENCE is; a DMA queue and the stream's MATMULs, VECs, REDUCEs and FENCEs complete in
     order (a NOP or DMA_STRIDE retires at once and implies nothing); the k-th wait on a
     semaphore starts after its k-th signal's command completed."""
-    # on a chip with FL-ME-002 the spacers' zero B words lie under FL-SR-001's top word
-    zero_b = CHIP.operand_depth - 1 - 2 if stale_a else None
+    # on a chip with FL-ME-002 the spacers' zero B words are the bottom two of B
+    zero_b = 0 if stale_a else None
     acc = [_access(c, word_bytes, stale_a, zero_b) for c in cmds]
     n = len(cmds)
     before_start = [0] * n

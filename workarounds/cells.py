@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "DmaCell", "VecCell", "AttentionCell", "Cell", "CELL_TYPES",
+__all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "DmaCell", "VecCell", "AttentionCell", "TileCell", "Cell",
+           "CELL_TYPES",
            "describe"]
 
 
@@ -111,8 +112,22 @@ class AttentionCell:
         return f"{self.seq}x{self.dim}{' causal' if self.causal else ''}"
 
 
-Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell | DmaCell | VecCell | AttentionCell
-CELL_TYPES = (GemmCell, GemmSumCell, ReduceCell, LowpCell, DmaCell, VecCell, AttentionCell)
+@dataclass(frozen=True)
+class TileCell:
+    """A tile-language kernel (kernels/tiled/, by its KernelSpec name) at ``params`` (name, value
+    pairs) on its declaration's seeded inputs, against its golden. Every mitigation written as a
+    compiler pass or a stream pass reaches it, so its cell proves that pass on a compiled stream."""
+
+    name: str
+    params: tuple[tuple[str, object], ...]
+    kernel = "tile"
+
+    def shape(self) -> str:
+        return f"{self.name} " + " ".join(f"{k}={v}" for k, v in self.params)
+
+
+Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell | DmaCell | VecCell | AttentionCell | TileCell
+CELL_TYPES = (GemmCell, GemmSumCell, ReduceCell, LowpCell, DmaCell, VecCell, AttentionCell, TileCell)
 
 
 def describe(cell: Cell) -> str:

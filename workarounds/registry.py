@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from rtl.revisions import Defect
 
-from .cells import AttentionCell, Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, VecCell
+from .cells import AttentionCell, Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, TileCell, VecCell
 
 __all__ = ["Erratum", "ERRATA", "BY_ID", "Unit", "UNITS", "CATEGORIES", "ID_PREFIXES", "ASSESSED_REVISIONS",
            "erratum"]
@@ -55,6 +55,9 @@ class Erratum:
     mitigation_kind: str  # "stream" (a pass over every command stream) or "kernel" (algorithm change)
     cell: Cell | tuple[Cell, ...] | None = field(default=None, compare=False)  # kernel run(s) meeting the conditions
     scale: Cell | None = field(default=None, compare=False)  # a realistic workload for the cost at scale
+    # a tile-language kernel meeting the conditions: the matrix runs it on and off too, so each
+    # mitigation is proven on the compiled streams of kernels/tiled/ as well (kernels/tile/errata.py)
+    tile_cell: Cell | tuple[Cell, ...] | None = field(default=None, compare=False)
     # Kernel mitigations: the constraint knobs they set, {family: {field: value}} (constraints.py).
     knobs: dict = field(default_factory=dict, compare=False)
     # A chip feature the erratum's conditions need ("fp8": an E4M3 or E5M2 path, "vector": the
@@ -88,6 +91,7 @@ ERRATA: tuple[Erratum, ...] = (
         mitigation_kind="kernel",
         cell=GemmCell(m=4, n=4, k=33, k_chunk=4),  # eight 4-step chunks and a 1-step one (even chunks)
         scale=GemmCell(m=64, n=64, k=1025),
+        tile_cell=TileCell("tgemm", (("m", 4), ("n", 4), ("k", 33), ("kc", 4))),
         knobs={"gemm": {"avoid_unit_chunk": True}},
     ),
     Erratum(
@@ -109,6 +113,7 @@ ERRATA: tuple[Erratum, ...] = (
         mitigation_kind="kernel",
         cell=GemmCell(m=8, n=8, k=16),
         scale=GemmCell(m=128, n=128, k=128),
+        tile_cell=TileCell("tgemm", (("m", 8), ("n", 8), ("k", 16))),
         knobs={"gemm": {"repeat_first_a_word": True}},
     ),
     Erratum(
@@ -165,6 +170,10 @@ ERRATA: tuple[Erratum, ...] = (
         mitigation_kind="kernel",
         cell=GemmCell(m=4, n=8, k=1024),
         scale=GemmCell(m=128, n=128, k=128),
+        # the second B buffer ends at the top word: one panel in chunks of 512 (A1, B0), or, above
+        # FL-ME-002's two spacer words (A0), 7 panels of 73 steps (511 words a buffer)
+        tile_cell=(TileCell("tgemm", (("m", 4), ("n", 4), ("k", 1024), ("kc", 512))),
+                   TileCell("tgemm", (("m", 4), ("n", 28), ("k", 146), ("ga", 1), ("gb", 7), ("kc", 73)))),
         knobs={"gemm": {"b_reserved_top_words": 1}},
     ),
     Erratum(
@@ -235,6 +244,8 @@ ERRATA = ERRATA + (
         mitigation_kind="stream",
         cell=DmaCell(rows=4, words=8, pitch=129, offset=252),
         scale=DmaCell(rows=60, words=16, pitch=17),
+        # 1,200-byte tiles: the fourth, from byte 3,600, has a burst from 4,048 across the page
+        tile_cell=TileCell("softmax", (("rows", 12), ("cols", 100), ("tile_rows", 3))),
     ),
     Erratum(
         id="FL-DM-002",
@@ -255,6 +266,7 @@ ERRATA = ERRATA + (
         mitigation_kind="stream",
         cell=DmaCell(rows=5, words=8, pitch=16),
         scale=DmaCell(rows=63, words=16, pitch=16),
+        tile_cell=TileCell("tgemm", (("m", 12), ("n", 4), ("k", 16), ("ga", 3), ("kc", 8))),  # a 3-row 2D A load
     ),
     Erratum(
         id="FL-VU-001",

@@ -16,7 +16,7 @@ from kernels.gemm import gemm
 from kernels.lowp import gemm_lowp
 from kernels.reduce import reduce_rows
 from rtl.memories import DATA_MEMORIES
-from workarounds.cells import AttentionCell, Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, VecCell
+from workarounds.cells import AttentionCell, Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, TileCell, VecCell
 from workarounds.dma_streams import dma_round_trip
 from workarounds.registry import ASSESSED_REVISIONS, BY_ID, ERRATA, erratum
 from workarounds.reproducers import run_reproducer
@@ -98,6 +98,16 @@ async def run_cell(dev, cell: Cell | tuple[Cell, ...], seed: int, mit) -> dict:
         cfg = dev.config
         plan = AttentionPlan(cell.seq, cell.dim, cfg.lanes, cfg.rows, stats.plan["bq"], stats.plan["tk"], cell.causal)
         mismatch = first_mismatch(got.view(np.uint32), attention_rows(*quantize_qkv(q, k, v), plan).view(np.uint32))
+    elif isinstance(cell, TileCell):
+        from kernels.tile.spec import get, run_spec
+
+        from .tile import compare
+
+        spec = get(cell.name)
+        p = spec.resolve(dict(cell.params))
+        ins = spec.inputs(p, seed, False)
+        outs, stats = await run_spec(dev, spec, p, ins, mitigations=mit)
+        mismatch, sqnr = compare(spec, p, ins, outs, dev.config.lanes)
     else:
         raise TypeError(f"unknown regression cell {cell!r}")
     return {"passed": mismatch is None, "mismatch": mismatch, "cycles": stats.cycles,
@@ -134,6 +144,15 @@ async def errata_matrix_job(dev, emit, ids: list[str] | None = None, seed: int =
             emit({"type": "cell", "id": e.id, "revision": dev.revision, "policy": policy,
                   "reproducer_fired": rep["fired"], **r})
             cells += 1
+            if e.tile_cell is not None:  # the same mitigation on a tile-language kernel's compiled stream
+                try:
+                    r = await run_cell(dev, e.tile_cell, seed, mit)
+                except Exception as exc:
+                    r = {"passed": False, "mismatch": f"{type(exc).__name__}: {exc}", "cycles": None,
+                         "mitigations": []}
+                tc = e.tile_cell if isinstance(e.tile_cell, tuple) else (e.tile_cell,)
+                emit({"type": "tile_cell", "id": e.id, "revision": dev.revision, "policy": policy,
+                      "kernel": ", ".join(c.shape() for c in tc), **r})
     workarounds.attach(dev)
     return {"cells": cells}
 

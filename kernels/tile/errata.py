@@ -75,16 +75,16 @@ SPACER_K = 2  # a spacer MATMUL's steps: not 1 (FL-ME-001), and as short as that
 def reserved(constraints) -> dict[str, tuple[int, int]]:
     """SRAM words placement leaves alone, as (bottom, top) per region: FL-SR-001's top B word;
     with FL-ME-002 the spacers' A words at the bottom (they read any A word below the panel they
-    precede) and their zero B words below the top."""
+    precede) and their zero B words at the bottom of B (not at the top, where they would hide
+    FL-SR-001's zero word from a stream that lacks its mitigation)."""
     out: dict[str, tuple[int, int]] = {}
     if constraints is None:
         return out
-    top_b = constraints.b_reserved_top_words
-    if constraints.repeat_first_a_word:
-        out["A"] = (SPACER_K, 0)
-        top_b += SPACER_K
-    if top_b:
-        out["B"] = (0, top_b)
+    bottom = SPACER_K if constraints.repeat_first_a_word else 0
+    if bottom:
+        out["A"] = (bottom, 0)
+    if bottom or constraints.b_reserved_top_words:
+        out["B"] = (bottom, constraints.b_reserved_top_words)
     return out
 
 
@@ -99,7 +99,7 @@ def gaps(order: list[Op], constraints, config, tensors: list) -> tuple[list[Op],
         return order, 0
     from .ir import TensorDecl
 
-    top = config.operand_depth - constraints.b_reserved_top_words - SPACER_K
+    top = 0  # the zero B words: the bottom of B (reserved)
     zeros = TensorDecl("spacer_zeros", 1, SPACER_K, "int8", SPACER_K, 0, "const", config.cols,
                        np.zeros(SPACER_K * config.cols // 4 or 1, np.uint32))
     tensors.append(zeros)

@@ -77,7 +77,15 @@ def _args(p, t):
                 best, best_key = plan, key
     if best is None:
         raise ValueError(f"no tile groups fit a {p['m']}x{p['n']}x{p['k']} GEMM on this chip")
-    return {"ga": p["ga"] or best.ga, "gb": p["gb"] or best.gb, "kc": p["kc"] or best.kc}
+    ga, gb = p["ga"] or best.ga, p["gb"] or best.gb
+    if (ga, gb) == (best.ga, best.gb):
+        return {"ga": ga, "gb": gb, "kc": best.kc}
+    # groups given: the longest chunk (at most kc) their buffers hold, no trailing one-step chunk
+    kc = min(p["k"], p["kc"] or p["k"], (cfg.operand_depth - spacer) // 2 // ga - extra,
+             (cfg.operand_depth - reserved) // 2 // gb)
+    while kc > 1 and p["k"] % kc == 1 and cons is not None and cons.avoid_unit_chunk:
+        kc -= 1
+    return {"ga": ga, "gb": gb, "kc": max(kc, 1)}
 
 
 SPECS = [KernelSpec(
@@ -88,8 +96,9 @@ SPECS = [KernelSpec(
             Param("k", int, 64, "the inner dimension", 1, 65535, shape=True),
             Param("ga", int, 0, "tile rows per group (0: the planner's)", 0, 4096),
             Param("gb", int, 0, "tiles per group row (0: the planner's)", 0, 4096),
-            Param("kc", int, 0, "K steps per chunk (0: the planner's)", 0, 65535)),
+            Param("kc", int, 0, "at most this many K steps per chunk (0: the planner's choice)", 0, 65535)),
     tensors=_tensors, inputs=_inputs, golden=lambda i, p, lanes: {"c": golden.gemm_int8(i["a"], i["b"])},
-    kernel_args=_args, macs=lambda p: p["m"] * p["n"] * p["k"], needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA"), aten="aten::mm",
+    kernel_args=_args, macs=lambda p: p["m"] * p["n"] * p["k"],
+    shape_from={"m": ("a", 0), "k": ("a", 1), "n": ("b", 1)}, needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA"), aten="aten::mm",
     bench=({"m": 256, "n": 256, "k": 256}, {"m": 4, "n": 512, "k": 512}),
     examples=("--m 64 --n 64 --k 64", "--m 37 --n 19 --k 100 --rev A0"))]
