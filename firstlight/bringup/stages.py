@@ -1143,10 +1143,11 @@ async def stage_kernels(ctx: Ctx):
         if bad:
             problems.append(f"{rc} 16x12x96 (chip {'bits' if res.fp else 'int32'} vs golden): {bad['count']} wrong, "
                             f"first at {tuple(bad['index'])}: got {bad['got']}, expected {bad['expected']}")
-    vector = await _vector_kernels(dev, rng, mit, problems) if ctx.expected.vector else []
+    vector = await _tile_kernels(dev, rng, mit, problems)
+    vector += await _vector_kernels(dev, rng, mit, problems) if ctx.expected.vector else []
     problems = [p for p in problems if p]
     figures = {"gemm_shapes": len(GEMM_SUITE), "reduce_shapes": len(REDUCE_SUITE), "lowp_recipes": len(lowp),
-               "vector_kernels": vector, "mitigations": sorted(mitigations)}
+               "tile_kernels": vector, "mitigations": sorted(mitigations)}
     if problems:
         raise StageFailed("; ".join(problems), figures)
     return (f"{len(GEMM_SUITE)} GEMMs, {len(REDUCE_SUITE)} reductions, {len(lowp)} low-precision recipes"
@@ -1154,36 +1155,46 @@ async def stage_kernels(ctx: Ctx):
             + (', '.join(sorted(mitigations)) or 'none')), figures
 
 
+async def _tile_kernels(dev, rng, mit, problems: list) -> list[str]:
+    """Every tile-language kernel at each of its declared bring-up shapes (KernelSpec.bringup), on
+    its declaration's seeded inputs, against its golden; a kernel this chip cannot run (no
+    vector unit) is left out and said so."""
+    from firstlight.jobs.tile import compare
+    from kernels.tile.spec import registry, run_spec
+
+    ran = []
+    for spec in registry().values():
+        if spec.refusal(dev.config):
+            continue
+        for shape in spec.bringup:
+            p = spec.resolve(shape)
+            ins = spec.inputs(p, int(rng.integers(1 << 31)), False)
+            outs, _ = await run_spec(dev, spec, p, ins, mitigations=mit)
+            bad, _ = compare(spec, p, ins, outs, dev.config.lanes)
+            where = f"{spec.name} " + "x".join(str(p[x.name]) for x in spec.params if x.shape)
+            if bad:
+                problems.append(f"{where}: {bad['count']} wrong, first at {tuple(bad['index'])}: got {bad['got']}, "
+                                f"expected {bad['expected']}")
+            ran.append(spec.name)
+    return list(dict.fromkeys(ran))
+
+
 async def _vector_kernels(dev, rng, mit, problems: list) -> list[str]:
-    """Softmax, LayerNorm, RMSNorm on rows of 37 (a padded last word) and a causal attention of
-    9 keys, each against its kernel golden."""
+    """A causal attention of 9 keys against its kernel golden (the row kernels are tile-language
+    kernels: :func:`_tile_kernels`)."""
     from golden.attention import AttentionPlan, attention_rows, quantize_qkv
-    from golden.norms import layer_norm_rows, rms_norm_rows
-    from golden.softmax import softmax_rows
     from kernels.attention import attention
-    from kernels.norms import layer_norm, rms_norm
-    from kernels.softmax import softmax
 
     lanes = dev.config.lanes
-    x = (rng.standard_normal((4, 37)) * 3).astype(np.float32)
-    g = (1 + 0.1 * rng.standard_normal(37)).astype(np.float32)
-    b = (0.1 * rng.standard_normal(37)).astype(np.float32)
-    got, _ = await softmax(dev, x, mitigations=mit)
-    problems.append(_mismatch(got.view(np.uint32), softmax_rows(x, lanes).view(np.uint32), "softmax 4x37"))
-    got, _ = await layer_norm(dev, x, g, b, 1e-5, mitigations=mit)
-    problems.append(_mismatch(got.view(np.uint32), layer_norm_rows(x, g, b, 1e-5, lanes).view(np.uint32),
-                              "layernorm 4x37"))
-    got, _ = await rms_norm(dev, x, g, 1e-6, mitigations=mit)
-    problems.append(_mismatch(got.view(np.uint32), rms_norm_rows(x, g, 1e-6, lanes).view(np.uint32), "rmsnorm 4x37"))
     gc = mit.gemm
     if gc.repeat_first_a_word or gc.avoid_unit_chunk:  # attention has no mitigation for those MATMUL errata yet
-        return ["softmax", "layernorm", "rmsnorm", "(attention skipped: its MATMUL-errata mitigations are not built)"]
+        return ["(attention skipped: its MATMUL-errata mitigations are not built)"]
     q, k, v = (rng.standard_normal((9, 8)).astype(np.float32) for _ in range(3))
     got, st = await attention(dev, q, k, v, causal=True, mitigations=mit)
     plan = AttentionPlan(9, 8, lanes, dev.config.rows, st.plan["bq"], st.plan["tk"], True)
     problems.append(_mismatch(got.view(np.uint32), attention_rows(*quantize_qkv(q, k, v), plan).view(np.uint32),
                               "attention 9x8 causal"))
-    return ["softmax", "layernorm", "rmsnorm", "attention"]
+    return ["attention"]
 
 
 # ---- 12. performance ------------------------------------------------------------------------

@@ -102,9 +102,21 @@ class KernelSpec:
     units: tuple[str, ...] = ("CMDPROC", "DMA", "VECTOR")
     aten: str | None = None  # the ATen operator it implements, e.g. "aten::_softmax"
     bench: tuple[dict, ...] = ()  # parameter sets of its bench rows
+    bringup: tuple[dict, ...] = ()  # small parameter sets for the bring-up checklist's kernels stage
     examples: tuple[str, ...] = ()  # for --help
     module: str = ""
     macs: Callable[[dict], int] | None = None  # useful multiply-accumulates (the compute roof), if any
+    # the parameters an input's shape gives: name -> (input tensor, axis); None: rows and cols
+    # from the first input (the row kernels)
+    shape_from: dict | None = None
+
+    def shape_params(self) -> dict[str, tuple[str, int]]:
+        """Which parameter each input dimension gives (a caller passes arrays, not their sizes)."""
+        if self.shape_from is not None:
+            return dict(self.shape_from)
+        first = next(t.name for t in self.tensors(self.resolve()) if t.role == "in")
+        names = {p.name for p in self.params}
+        return {n: (first, axis) for axis, n in enumerate(("rows", "cols")) if n in names}
 
     def resolve(self, given: dict | None = None) -> dict:
         """Every parameter checked, with defaults for those not given; unknown ones refused."""
@@ -192,11 +204,11 @@ async def run_spec(dev, spec: KernelSpec, params: dict, inputs: dict, *, mitigat
 
 
 async def call(dev, name: str, inputs: dict, *, mitigations, budget_cycles=None, **params):
-    """Run the kernel ``name`` on the arrays ``inputs`` (by tensor name; the first one's shape is
-    the problem's rows and cols): returns (its first output, KernelStats)."""
+    """Run the kernel ``name`` on the arrays ``inputs`` (by tensor name; their shapes give the
+    shape parameters, KernelSpec.shape_params): returns (its first output, KernelStats)."""
     spec = get(name)
-    first = next(iter(inputs.values()))
-    p = spec.resolve({"rows": first.shape[0], "cols": first.shape[1], **params})
+    dims = {param: inputs[t].shape[axis] for param, (t, axis) in spec.shape_params().items()}
+    p = spec.resolve({**dims, **params})
     why = spec.refusal(dev.config)
     if why:
         raise ValueError(why)

@@ -53,7 +53,7 @@ def _spec(kind, source, summary, aten):
         golden=lambda i, p, lanes: {"out": activation_rows(kind, i["x"], lanes)},
         reference=lambda i, p: {"out": activation_reference(kind, np.where(np.isfinite(i["x"]), i["x"], np.nan))},
         kernel_args=lambda p, t: {"rows": tile_rows(source, _tensors, p, t.config)}, aten=aten,
-        bench=({"rows": 64, "cols": 256},), examples=("--rows 8 --cols 100",))
+        bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 8 --cols 100",))
 
 
 SPECS = [_spec("silu", silu, "SiLU of every value: x * sigmoid(x)", "aten::silu"),

@@ -101,4 +101,5 @@ SPECS = [KernelSpec(
     kernel_args=_args, macs=lambda p: p["m"] * p["n"] * p["k"],
     shape_from={"m": ("a", 0), "k": ("a", 1), "n": ("b", 1)}, needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA"), aten="aten::mm",
     bench=({"m": 256, "n": 256, "k": 256}, {"m": 4, "n": 512, "k": 512}),
+    bringup=({"m": 37, "n": 19, "k": 100},),
     examples=("--m 64 --n 64 --k 64", "--m 37 --n 19 --k 100 --rev A0"))]

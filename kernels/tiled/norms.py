@@ -73,12 +73,12 @@ SPECS = [
         golden=lambda i, p, lanes: {"out": g.layer_norm_rows(i["x"], i["gamma"][0], i["beta"][0], p["eps"], lanes)},
         reference=lambda i, p: {"out": g.layer_norm_reference(i["x"], i["gamma"][0], i["beta"][0], p["eps"])},
         kernel_args=_args(layer_norm, _tensors(True)), units=("REDUCE", "CMDPROC", "DMA", "VECTOR"),
-        aten="aten::native_layer_norm", bench=({"rows": 64, "cols": 256},), examples=("--rows 8 --cols 64",)),
+        aten="aten::native_layer_norm", bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 8 --cols 64",)),
     KernelSpec(
         name="rmsnorm", summary="RMSNorm of every row: x / sqrt(mean(x^2) + eps) * gamma",
         source=rms_norm, params=(*SHAPE, TILE_ROWS, _eps(1e-6)), tensors=_tensors(False), inputs=_inputs,
         golden=lambda i, p, lanes: {"out": g.rms_norm_rows(i["x"], i["gamma"][0], p["eps"], lanes)},
         reference=lambda i, p: {"out": g.rms_norm_reference(i["x"], i["gamma"][0], p["eps"])},
         kernel_args=_args(rms_norm, _tensors(False)), units=("REDUCE", "CMDPROC", "DMA", "VECTOR"),
-        aten="aten::_fused_rms_norm", bench=({"rows": 64, "cols": 256},), examples=("--rows 8 --cols 64",)),
+        aten="aten::_fused_rms_norm", bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 8 --cols 64",)),
 ]

@@ -51,4 +51,4 @@ SPECS = [KernelSpec(
     tensors=_tensors, inputs=_inputs, golden=lambda ins, p, lanes: {"out": softmax_rows(ins["x"], lanes)},
     reference=_reference, kernel_args=lambda p, t: {"rows": tile_rows(softmax, _tensors, p, t.config)},
     units=("REDUCE", "CMDPROC", "DMA", "VECTOR"), aten="aten::_softmax",
-    bench=({"rows": 64, "cols": 256},), examples=("--rows 16 --cols 100", "--rows 64 --cols 256 --extremes"))]
+    bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 16 --cols 100", "--rows 64 --cols 256 --extremes"))]
