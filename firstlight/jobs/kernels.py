@@ -10,23 +10,10 @@ from kernels.gemm import gemm
 from kernels.reduce import reduce_rows
 
 from .checks import first_mismatch, int8_operands
+from .traced import traced as _traced
 
-__all__ = ["gemm_job", "reduce_job", "softmax_job", "softmax_logits", "norm_job", "norm_inputs", "attention_job", "activation_job", "bench_job",
+__all__ = ["gemm_job", "reduce_job", "attention_job", "bench_job",
            "vector_bench_job"]
-
-
-async def _traced(dev, trace: bool, run):
-    """``await run()``, recording the chip's trace buffer around it when ``trace``; returns
-    (run's value, the trace summary or None)."""
-    if not trace:
-        return await run(), None
-    from firstlight.trace import disable_trace, enable_trace, read_trace
-
-    await enable_trace(dev)
-    value = await run()
-    events = await read_trace(dev)
-    await disable_trace(dev)
-    return value, events.summary()
 
 
 async def gemm_job(dev, emit, m: int, n: int, k: int, seed: int, extremes: bool = False,
@@ -69,93 +56,6 @@ async def reduce_job(dev, emit, rows: int, cols: int, op: str, seed: int, extrem
     (got, stats), events = await _traced(dev, trace, lambda: reduce_rows(dev, x, op, mitigations=mit))
     mismatch = first_mismatch(got, golden.reduce_rows(x, op))
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events}
-
-
-def softmax_logits(rows: int, cols: int, seed: int, extremes: bool = False) -> np.ndarray:
-    """Seeded logits: N(0, 4^2); with ``extremes`` also -Inf entries, rows offset by +1000 and
-    by -200, and (from 4 rows) a row of -Inf only."""
-    rng = np.random.default_rng(seed)
-    x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
-    if extremes:
-        x[1::3] += 1000.0
-        x[2::5] -= 200.0
-        x.flat[2::11] = -np.inf
-        if rows >= 4:
-            x[3] = -np.inf
-    return x
-
-
-async def softmax_job(dev, emit, rows: int, cols: int, seed: int, extremes: bool = False,
-                      errata_policy: dict | None = None, trace: bool = False) -> dict:
-    from golden.metrics import sqnr_db
-    from golden.softmax import softmax_reference, softmax_rows
-    from kernels.softmax import softmax
-
-    mit = workarounds.attach(dev, errata_policy)
-    x = softmax_logits(rows, cols, seed, extremes)
-    (got, stats), events = await _traced(dev, trace, lambda: softmax(dev, x, mitigations=mit))
-    want = softmax_rows(x, dev.config.lanes)  # the kernel's algorithm, bit for bit (NaN rows too)
-    mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
-    finite = np.isfinite(x).any(axis=1)  # rows of -Inf only have no softmax
-    sq = sqnr_db(softmax_reference(x[finite]), got[finite].astype(np.float64)) if finite.any() else None
-    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
-            "sqnr_db": sq}
-
-
-def norm_inputs(rows: int, cols: int, seed: int, extremes: bool = False):
-    """Seeded rows N(0, 3^2), gamma near 1, beta near 0; with ``extremes`` also a row offset by
-    1e4 (where a one-pass variance would cancel) and a constant row (zero variance)."""
-    rng = np.random.default_rng(seed)
-    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
-    if extremes:
-        x[0::3] += 10000.0
-        x[1::3] = 7.5
-    gamma = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
-    beta = (0.5 * rng.standard_normal(cols)).astype(np.float32)
-    return x, gamma, beta
-
-
-async def norm_job(dev, emit, kind: str, rows: int, cols: int, seed: int, eps: float, extremes: bool = False,
-                   errata_policy: dict | None = None, trace: bool = False) -> dict:
-    """LayerNorm (``kind`` "layer") or RMSNorm ("rms") on seeded rows, against its kernel golden
-    (bit for bit) and float64 (SQNR)."""
-    from golden import norms
-    from golden.metrics import sqnr_db
-    from kernels.norms import layer_norm, rms_norm
-
-    mit = workarounds.attach(dev, errata_policy)
-    x, gamma, beta = norm_inputs(rows, cols, seed, extremes)
-    lanes = dev.config.lanes
-    if kind == "layer":
-        run = lambda: layer_norm(dev, x, gamma, beta, eps, mitigations=mit)  # noqa: E731
-        want, ref = norms.layer_norm_rows(x, gamma, beta, eps, lanes), norms.layer_norm_reference(x, gamma, beta, eps)
-    else:
-        run = lambda: rms_norm(dev, x, gamma, eps, mitigations=mit)  # noqa: E731
-        want, ref = norms.rms_norm_rows(x, gamma, eps, lanes), norms.rms_norm_reference(x, gamma, eps)
-    (got, stats), events = await _traced(dev, trace, run)
-    mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
-    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
-            "sqnr_db": sqnr_db(ref, got.astype(np.float64))}
-
-
-async def activation_job(dev, emit, kind: str, rows: int, cols: int, seed: int, extremes: bool = False,
-                         errata_policy: dict | None = None, trace: bool = False) -> dict:
-    """SiLU or GELU on seeded N(0, 3^2) values (``extremes``: +-Inf, NaN, +-100, zeros, a
-    subnormal), against golden/activations.py (bit for bit) and float64 (SQNR over the finite
-    inputs)."""
-    from golden.activations import activation_reference, activation_rows
-    from golden.metrics import sqnr_db
-    from kernels.activations import activation
-
-    mit = workarounds.attach(dev, errata_policy)
-    x = (np.random.default_rng(seed).standard_normal((rows, cols)) * 3).astype(np.float32)
-    if extremes:
-        x.flat[:8] = np.array([np.inf, -np.inf, np.nan, 100, -100, 0.0, -0.0, 1e-40], np.float32)[:x.size]
-    (got, stats), events = await _traced(dev, trace, lambda: activation(dev, x, kind, mitigations=mit))
-    mismatch = first_mismatch(got.view(np.uint32), activation_rows(kind, x, dev.config.lanes).view(np.uint32))
-    fin = np.isfinite(x)
-    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
-            "sqnr_db": sqnr_db(activation_reference(kind, x[fin]), got[fin].astype(np.float64))}
 
 
 async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, extremes: bool = False,
@@ -210,6 +110,13 @@ async def bench_job(dev, emit, shapes: list[list[int]], seed: int, errata_policy
     for m, n, k in shapes:
         for db in double_buffer:
             r = await gemm_job(dev, emit, m, n, k, seed, errata_policy=errata_policy, double_buffer=db, trace=trace)
-            emit({"type": "bench", "shape": [m, n, k], "double_buffer": db, **r})
+            tile = None
+            if db:  # the same GEMM in the tile language, beside the hand-written stream
+                from .tile import tile_job
+
+                t = await tile_job(dev, emit, "tgemm", {"m": m, "n": n, "k": k}, seed, errata_policy=errata_policy)
+                tile = {"cycles": t["stats"]["cycles"], "passed": t["passed"],
+                        "compile_s": t["stats"]["host"]["compile_s"]}
+            emit({"type": "bench", "shape": [m, n, k], "double_buffer": db, **r, "tile": tile})
             out += 1
     return {"runs": out}
