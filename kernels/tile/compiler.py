@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rtl.isa import (MAX_COUNT, DmaQueue, ReduceOp, VecB, VecOp, decode, dma_load, dma_store, dma_stride, fence,
+from rtl.isa import (MAX_COUNT, DmaQueue, ReduceOp, VecB, VecDst, VecOp, decode, dma_load, dma_store, dma_stride, fence,
                      matmul, nop, reduce, vec)
 from rtl.memories import Region
 
@@ -88,9 +88,11 @@ def format_command(c: int) -> str:
 
     if op == Opcode.VEC:
         f = d["flags"]
-        b = "" if VecOp(f["op"]).name in ("EXP", "RECIP", "RSQRT", "RELU", "I2F") else \
+        b = "" if VecOp(f["op"]).name in ("EXP", "RECIP", "RSQRT", "RELU", "I2F") or f["b"] == VecB.FOLD else \
             f" b={d['arg1']}{'' if f['b'] == 0 else '/' + VecB(f['b']).name.lower()}"
-        return f"VEC {VecOp(f['op']).name} a={d['arg0']}{b} n={d['length']} dst={d['arg2']}{sync}"
+        into = {1: "A:", 2: "B:"}.get(f["dst"], "")
+        fold = "/fold" if f["b"] == VecB.FOLD else ""
+        return f"VEC {VecOp(f['op']).name}{fold} a={d['arg0']}{b} n={d['length']} dst={into}{d['arg2']}{sync}"
     if op == Opcode.REDUCE:
         return f"REDUCE {ReduceOp(d['flags']['op']).name} src={d['arg0']} n={d['length']} dst={d['arg2']}{sync}"
     if op == Opcode.MATMUL:
@@ -623,10 +625,15 @@ def _commands(op: Op, config) -> list[tuple]:
         b = op.reads[1].storage.addr + op.reads[1].offset if len(op.reads) > 1 else 0
         d = op.writes[0].storage.addr + op.writes[0].offset
         out = []
+        dst_sram = VecDst[op.args.get("dst_sram", "ACC")]
         for name, ao, bo, form, count, do in op.args["cmds"]:
             kw = {"op": VecOp[name.upper()], "a": a + ao, "count": count, "dst": d + do}
             if bo is not None:
                 kw.update(b=b + bo, b_form=VecB[form.upper()])
+            elif form == "fold":
+                kw.update(b_form=VecB.FOLD)
+            if dst_sram != VecDst.ACC:
+                kw.update(dst_sram=dst_sram)
             out.append((vec, kw))
         return out
     if op.kind == "fence":

@@ -26,7 +26,7 @@ from .ir import Buffer, Loop, Op, Queue, Storage, TensorDecl, TileError
 
 __all__ = ["Tile", "TensorRef", "TensorView", "Trace", "pipeline", "load", "store", "exp", "recip", "rsqrt",
            "relu", "maximum", "minimum", "row_sum", "row_max", "scalar", "constant_row", "mask_tail", "matmul",
-           "current"]
+           "dequant", "col_max", "col_sum", "to_b", "current"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(os.path.dirname(_HERE))  # the project: kernel lines are named from here
@@ -379,6 +379,8 @@ def _binary(op: str, x, y) -> Tile:
         cmds = [(op, 0, 0, "scalar", a.words, 0)]  # one value for every lane of every word
     elif (a.rows, a.wpr, a.scalar) == (b.rows, b.wpr, b.scalar):
         cmds = [(op, 0, 0, "vector", a.words, 0)]
+    elif not b.scalar and b.rows == 1 and b.wpr == 1:
+        cmds = [(op, 0, 0, "lane", a.words, 0)]  # one word: its lanes for every word (a column's value)
     elif b.scalar and b.rows == a.rows and b.wpr == 1:
         cmds = [(op, r * a.wpr, r, "scalar", a.wpr, r * a.wpr) for r in range(a.rows)]  # a row's scalar
     elif not b.scalar and b.rows == 1 and b.wpr == a.wpr and not a.scalar:
@@ -388,8 +390,70 @@ def _binary(op: str, x, y) -> Tile:
     else:
         raise TileError(f"{line}: cannot broadcast {op} of {_shape(a)} with {_shape(b)}: the second operand "
                         f"must have the first's shape, be one scalar, one scalar per row or one row of words")
+    if op == "deq" and a.dtype != "int32":
+        raise TileError(f"{line}: dequant takes an int32 tile (a MATMUL's result), not {a.dtype}")
+    if op != "deq" and a.dtype != "fp32":
+        raise TileError(f"{line}: {op} works on fp32 tiles; {a.storage.name} is {a.dtype} (tile.dequant converts "
+                        f"int32 results)")
     out = tr.new_buffer(op, a.rows, a.wpr, "fp32", a.scalar, line)
     tr.emit(Op("vec", Queue.EXEC, line, {"op": op, "cmds": cmds}, reads=[a, b], writes=[out]))
+    return Tile(out)
+
+
+def dequant(t: Tile, scale) -> Tile:
+    """fp32 of an int32 tile (a MATMUL's result) times ``scale`` (a number, one scalar, one scalar
+    per row or one word of per-lane scales): VEC DEQ, the two steps rounded as I2F then FMUL."""
+    return _binary("deq", t, scale)
+
+
+def col_max(t: Tile) -> Tile:
+    """The maximum over all the tile's words, lane by lane: one word (VEC FOLD). For a GEMM result
+    laid out as S^T (a word a key, a lane a query), the max over the keys of each query."""
+    return _fold("fmax", t)
+
+
+def col_sum(t: Tile) -> Tile:
+    """The sum over all the tile's words, lane by lane, left to right: one word (VEC FOLD)."""
+    return _fold("fadd", t)
+
+
+def _fold(op: str, t: Tile) -> Tile:
+    tr = current()
+    line = _caller_line()
+    _need_vector(tr, line, op)
+    a = t.buf
+    if a.scalar or a.dtype != "fp32":
+        raise TileError(f"{line}: column reductions take a tile of fp32 words, not {_shape(a)} {a.dtype}")
+    out = tr.new_buffer(f"col_{op[1:]}", 1, 1, "fp32", False, line)
+    tr.emit(Op("vec", Queue.EXEC, line, {"op": f"col_{op[1:]}", "cmds": [(op, 0, None, "fold", a.words, 0)]},
+               reads=[a], writes=[out]))
+    return Tile(out)
+
+
+def to_b(t: Tile, scale) -> Tile:
+    """The int8 B operand of a next MATMUL from an fp32 tile laid out as a GEMM result (``pa`` tile
+    rows of ``pb`` x ROWS words): ``int8(t * scale)`` (nearest even, saturating; VEC CVT_I8) as
+    ``pb`` panels of ``pa`` x ROWS K steps, so that a word of ``t`` (one row of the result, a value
+    per column) becomes one K step of B. A result computed transposed (S^T = K Q^T, H^T = W^T X^T)
+    is then the right-hand operand of the next product (O^T = V^T P^T, Y^T = W2^T H^T)."""
+    tr = current()
+    line = _caller_line()
+    _need_vector(tr, line, "to_b")
+    a = t.buf
+    rows = tr.config.rows
+    if a.dtype != "fp32" or a.scalar or a.wpr % rows:
+        raise TileError(f"{line}: to_b takes an fp32 tile laid out as a GEMM result (words per row a multiple "
+                        f"of {rows}), not {_shape(a)} {a.dtype}")
+    if isinstance(scale, (int, float, np.floating)) and not isinstance(scale, bool):
+        scale = scalar(float(scale))
+    sb = scale.buf
+    if not (sb.scalar and sb.rows == 1):
+        raise TileError(f"{line}: to_b's scale is one number (tile.scalar), not {_shape(sb)}")
+    pa, pb = a.rows, a.wpr // rows
+    out = tr.new_buffer("b_of_" + a.storage.name, pb, pa * rows, "int8", False, line, region="B")
+    cmds = [("cvt_i8", p * a.row_stride + q * rows, 0, "scalar", rows, q * pa * rows + p * rows)
+            for p in range(pa) for q in range(pb)]
+    tr.emit(Op("vec", Queue.EXEC, line, {"op": "to_b", "cmds": cmds, "dst_sram": "B"}, reads=[a, sb], writes=[out]))
     return Tile(out)
 
 

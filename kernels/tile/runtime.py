@@ -21,9 +21,9 @@ from .compiler import Compiled, compile_trace
 from .ir import TileError
 from .lang import TensorRef, tracing
 
-__all__ = ["TensorSpec", "build", "run", "units_busy_cycles", "dram_traffic"]
+__all__ = ["TensorSpec", "DTYPES", "build", "run", "pack", "unpack", "units_busy_cycles", "dram_traffic"]
 
-_DTYPES = {"fp32": np.float32, "int32": np.int32, "int8": np.int8}
+DTYPES = {"fp32": np.float32, "int32": np.int32, "int8": np.int8}
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dra
     with tracing(config.lanes, word_bytes, config.vector, config) as tr:
         refs: list[TensorRef] = []
         for t in tensors:
-            if t.dtype not in _DTYPES:
-                raise TileError(f"tensor {t.name}: dtype must be one of {', '.join(_DTYPES)}, not {t.dtype!r}")
+            if t.dtype not in DTYPES:
+                raise TileError(f"tensor {t.name}: dtype must be one of {', '.join(DTYPES)}, not {t.dtype!r}")
             refs.append(tr.tensor(t.name, t.rows, t.cols, t.dtype, t.pad, t.role, layout=t.layout))
         fn(*refs, **params)
     if not any(op.kind == "store" for op in tr.ops):
@@ -77,7 +77,7 @@ async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: in
             x = inputs[t.name]
             if x.shape != (t.rows, t.cols):
                 raise ValueError(f"{t.name} has shape {x.shape}; the kernel was compiled for {(t.rows, t.cols)}")
-            dev.dram_write(buf, pack(t, np.ascontiguousarray(x, _DTYPES[t.dtype]), dev.config))
+            dev.dram_write(buf, pack(t, np.ascontiguousarray(x, DTYPES[t.dtype]), dev.config))
         elif t.role == "const":
             dev.dram_write(buf, np.ascontiguousarray(t.data, "<u4"))
     await dev.submit(c.commands, budget_cycles)
@@ -105,12 +105,12 @@ def unpack(t, raw: np.ndarray, config) -> np.ndarray:
     """Tensor ``t``'s DRAM bytes as the host array (its dtype, padding dropped)."""
     if t.layout == "rows":
         w = raw.view("<u4").reshape(t.rows, t.wpr * config.lanes)
-        return w[:, :t.cols].copy().view(_DTYPES[t.dtype])
+        return w[:, :t.cols].copy().view(DTYPES[t.dtype])
     if t.layout == "c_tiles":  # tile rows of tiles of ROWS words of COLS int32
         R, C = config.rows, config.cols
         tn = t.wpr // R
         tiles = raw.view("<i4").reshape(t.stored_rows, tn, R, C).transpose(0, 2, 1, 3)
-        return np.ascontiguousarray(tiles.reshape(t.stored_rows * R, tn * C)[:t.rows, :t.cols]).view(_DTYPES[t.dtype])
+        return np.ascontiguousarray(tiles.reshape(t.stored_rows * R, tn * C)[:t.rows, :t.cols]).view(DTYPES[t.dtype])
     raise TileError(f"tensor {t.name}: layout {t.layout} is an input layout")
 
 
