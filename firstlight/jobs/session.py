@@ -92,10 +92,9 @@ async def _reduce(dev, mit, arrays, op, budget_cycles=None):
 
 
 def _taken_from_shape(spec) -> tuple[str, ...]:
-    """The parameters a session call takes from its first input's shape (rows, cols), not from
-    the caller: a shape given twice could disagree."""
-    names = {p.name for p in spec.params}
-    return tuple(n for n in ("rows", "cols") if n in names)
+    """The parameters a session call takes from its inputs' shapes (KernelSpec.shape_params), not
+    from the caller: a shape given twice could disagree."""
+    return tuple(spec.shape_params())
 
 
 def kernel_catalogue() -> tuple[dict, str | None]:
@@ -115,6 +114,7 @@ def kernel_catalogue() -> tuple[dict, str | None]:
             out[spec.name] = {"summary": spec.summary, "module": spec.module,
                               "inputs": [t.name for t in ts if t.role == "in"],
                               "outputs": [t.name for t in ts if t.role == "out"], "from_shape": list(taken),
+                              "shape_of": {n: t for n, (t, _axis) in spec.shape_params().items()},
                               "params": {p.name: {"default": p.default, "help": p.describe()}
                                          for p in spec.params if p.name not in taken}}
         return out, None
@@ -127,7 +127,7 @@ def kernel_arguments(spec, arrays: dict[str, np.ndarray], given: dict) -> tuple[
     ValueError/TypeError saying what was wrong and what is accepted. ``rows``/``cols`` come from
     the first input's shape; a (1, C) tensor may be given as (C,). The dtypes are checked here:
     the runtime would convert a float64 array silently."""
-    from kernels.tile.runtime import _DTYPES
+    from kernels.tile.runtime import DTYPES
 
     taken = _taken_from_shape(spec)
     twice = [n for n in given if n in taken]
@@ -146,18 +146,23 @@ def kernel_arguments(spec, arrays: dict[str, np.ndarray], given: dict) -> tuple[
         raise TypeError(f"kernel {spec.name}: {what}; its inputs: {', '.join(names)}")
     first = arrays[names[0]]
     if taken:
-        if first.ndim != 2:
-            raise ValueError(f"kernel {spec.name}: {names[0]} must be 2-D (its shape gives {', '.join(taken)}), "
-                             f"got shape {first.shape}")
+        dims = {}
+        for param, (tensor, axis) in spec.shape_params().items():
+            a = arrays[tensor]
+            if a.ndim != 2:
+                raise ValueError(f"kernel {spec.name}: {tensor} must be 2-D (its shape gives {param}), "
+                                 f"got shape {a.shape}")
+            dims[param] = a.shape[axis]
         try:
-            p = spec.resolve({**given, **dict(zip(taken, first.shape))})
+            p = spec.resolve({**given, **dims})
         except ValueError as e:
-            raise ValueError(f"kernel {spec.name}: {e} (from the shape of {names[0]}, {first.shape})") from None
+            shapes = ", ".join(f"{n}, {arrays[n].shape}" for n in dict.fromkeys(t for t, _ in spec.shape_params().values()))
+            raise ValueError(f"kernel {spec.name}: {e} (from the shape of {shapes})") from None
     ins = {}
     for t in spec.tensors(p):
         if t.role != "in":
             continue
-        a, want = arrays[t.name], np.dtype(_DTYPES[t.dtype])
+        a, want = arrays[t.name], np.dtype(DTYPES[t.dtype])
         if a.dtype != want:
             raise TypeError(f"kernel {spec.name}: {t.name} must have dtype {want.name} ({t.dtype}), got {a.dtype}")
         if t.rows == 1 and a.shape == (t.cols,):

@@ -177,7 +177,7 @@ class Session:
     kernels : dict or None
         The tile-language kernels the simulator process can run, by name: ``inputs``,
         ``outputs``, ``params`` (what a call may pass, with ``default`` and ``help``) and
-        ``from_shape`` (taken from the first input's shape); None if its registry failed to load
+        ``from_shape`` (taken from the shapes of its inputs); None if its registry failed to load
         (``kernels_error`` says why; the other calls still work).
     """
 
@@ -542,7 +542,10 @@ def _arr(x, name: str | None = None) -> np.ndarray:
 
 def _accepted(name: str, k: dict) -> str:
     """What kernel ``name`` accepts, for an error message."""
-    shape = f"; {', '.join(k['from_shape'])} from the shape of {k['inputs'][0]}" if k["from_shape"] else ""
+    by: dict[str, list[str]] = {}
+    for param, tensor in k.get("shape_of", {}).items():
+        by.setdefault(tensor, []).append(param)
+    shape = "".join(f"; {', '.join(ps)} from the shape of {t}" for t, ps in by.items())
     return (f"its inputs: {', '.join(k['inputs'])} (numpy arrays{shape}); its parameters: "
             + (", ".join(k["params"]) or "none"))
 
