@@ -10,7 +10,7 @@ from kernels.tile.ir import TileError
 from kernels.tile.spec import get, run_spec
 
 from .checks import first_mismatch
-from .kernels import _traced
+from .traced import traced as _traced
 
 __all__ = ["tile_job", "tile_cases_job", "compare", "shape_label"]
 
