@@ -53,7 +53,9 @@ class Compiled:
     signals: int = 0
     relays: int = 0
     sram_words: dict = field(default_factory=dict)  # region -> peak words used
-    edges: list[tuple[int, int]] = field(default_factory=list)  # (producer op, consumer op)
+    edges: list[tuple[int, int]] = field(default_factory=list)  # (producer op, consumer op): the waits kept
+    errata_insertions: int = 0  # FL-ME-002 spacers put in
+    compile_s: float = 0.0  # host time to trace and compile (set by kernels.tile.runtime.build)
 
     def tensor(self, name: str) -> TensorDecl:
         for t in self.tensors:
@@ -126,9 +128,7 @@ def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, d
     _place_dram(tensors, dram_bytes, bus_bytes)
     order, plan, edges, relays = _synchronise(order)
     cmds, cmd_ops, waits, signals = _lower(order, plan, config)
-    c = Compiled(name, cmds, cmd_ops, order, tensors, storages, waits, signals, relays, peak, edges)
-    c.errata_insertions = gaps
-    return c
+    return Compiled(name, cmds, cmd_ops, order, tensors, storages, waits, signals, relays, peak, edges, gaps)
 
 
 # ---- 1. schedule -----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from .compiler import Compiled, compile_trace
 from .ir import TileError
 from .lang import TensorRef, tracing
 
-__all__ = ["TensorSpec", "DTYPES", "build", "run", "pack", "unpack", "units_busy_cycles", "dram_traffic"]
+__all__ = ["TensorSpec", "DTYPES", "build", "run", "pack", "unpack", "units_busy_cycles"]
 
 DTYPES = {"fp32": np.float32, "int32": np.int32, "int8": np.int8}
 
@@ -112,9 +112,3 @@ def unpack(t, raw: np.ndarray, config) -> np.ndarray:
         tiles = raw.view("<i4").reshape(t.stored_rows, tn, R, C).transpose(0, 2, 1, 3)
         return np.ascontiguousarray(tiles.reshape(t.stored_rows * R, tn * C)[:t.rows, :t.cols]).view(DTYPES[t.dtype])
     raise TileError(f"tensor {t.name}: layout {t.layout} is an input layout")
-
-
-def dram_traffic(c: Compiled) -> int:
-    """Bytes the kernel's tensors hold in DRAM that the host wrote or will read: inputs, constants
-    and outputs once each (the compulsory traffic of the kernel as written)."""
-    return sum(t.nbytes for t in c.tensors)
