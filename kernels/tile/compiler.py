@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rtl.isa import (MAX_COUNT, DmaQueue, ReduceOp, VecB, VecDst, VecOp, decode, dma_load, dma_store, dma_stride, fence,
                      matmul, nop, reduce, vec)
 from rtl.memories import Region
@@ -170,6 +172,14 @@ def _interleave_tails(order: list[Op], config, bytes_per_cycle: float) -> list[O
     uses the DRAM while the rest computes, instead of every store queueing at the end (where
     the next chain's first rows would wait for them). Each tile still accumulates in K order."""
     out = list(order)
+    by: dict[tuple, list[Op]] = {}  # (loop, iteration, kind) -> its ops, in order
+    for x in out:
+        if x.loop is not None:
+            by.setdefault((id(x.loop), x.iteration, x.kind), []).append(x)
+
+    def ops_of(loop, it: int, kind: str) -> list[Op]:
+        return by.get((id(loop), it, kind), [])
+
     i = 0
     while i < len(out):
         op = out[i]
@@ -177,22 +187,22 @@ def _interleave_tails(order: list[Op], config, bytes_per_cycle: float) -> list[O
             i += 1
             continue
         it = op.iteration
-        first = [x for x in out if x.loop is op.loop and x.iteration == it and x.kind == "matmul"]
-        second = [x for x in out if x.loop is op.loop and x.iteration == it + 1 and x.kind == "matmul"]
-        stores = [x for x in out if x.loop is op.loop and x.iteration == it + 1 and x.kind == "store"]
+        first = ops_of(op.loop, it, "matmul")
+        second = ops_of(op.loop, it + 1, "matmul")
+        stores = ops_of(op.loop, it + 1, "store")
         key = lambda x: (id(x.args["c_view"].storage), x.args["c_view"].offset)  # noqa: E731
-        nxt = [x for x in out if x.loop is op.loop and x.iteration == it + 2 and x.kind == "matmul"]
+        nxt = ops_of(op.loop, it + 2, "matmul")
         chain_ends = stores and not any(key(x) in {key(y) for y in second} for x in nxt)
         if not (chain_ends and len(first) == len(second) > 1
                 and [key(x) for x in first] == [key(x) for x in second]):
-            i = out.index(first[-1]) + 1
+            i = _after(out, i, first[-1])
             continue
-        pos = [out.index(x) for x in first + second]
+        where = {id(x): n for n, x in enumerate(out[i:], i)}
+        pos = [where[id(x)] for x in first + second]
         if pos != list(range(pos[0], pos[0] + len(pos))) and not _only_loads_between(out, pos):
-            i = out.index(first[-1]) + 1
+            i = _after(out, i, first[-1])
             continue
-        loads = sum(x.writes[0].span * _word_bytes(x, config) for x in out
-                    if x.loop is op.loop and x.iteration == it + 1 and x.kind == "load")
+        loads = sum(x.writes[0].span * _word_bytes(x, config) for x in ops_of(op.loop, it + 1, "load"))
         step = max(first[0].args["k"], config.min_matmul_cycles)
         row_cycles = first[0].args["pb"] * step
         lead = max(0, min(len(first), -(-int(loads / bytes_per_cycle) // max(row_cycles, 1)) - 1))
@@ -214,6 +224,14 @@ def _interleave_tails(order: list[Op], config, bytes_per_cycle: float) -> list[O
     return out
 
 
+def _after(out: list[Op], start: int, op: Op) -> int:
+    """The position after ``op``, which is at or after ``start``."""
+    for n in range(start, len(out)):
+        if out[n] is op:
+            return n + 1
+    return start + 1
+
+
 def _only_loads_between(out: list[Op], pos: list[int]) -> bool:
     span = set(range(pos[0], pos[-1] + 1)) - set(pos)
     return all(out[j].kind == "load" for j in span)
@@ -228,10 +246,10 @@ def _hoist_stores(order: list[Op]) -> list[Op]:
     """Each store moves up to just after the last op it must follow (the last writer of the words it
     reads, the last op touching the DRAM it writes), keeping the stores' own order: the command
     stream pushes it to its queue that much sooner (a GEMM's tile row is stored while the next
-    rows multiply)."""
-    writers: dict[int, list[tuple[int, int, int]]] = {}  # id(own storage) -> (op position, lo, hi)
-    dram: dict[int, list[tuple[int, int, int]]] = {}  # id(tensor) -> (op position, first byte, end)
-    out: list[Op] = []
+    rows multiply). Positions stay those of ``order``: a store sorts right after its anchor."""
+    writers: dict[int, list[tuple[int, int, int]]] = {}  # id(storage) -> (position, lo, hi)
+    dram: dict[int, list[tuple[int, int, int]]] = {}  # id(tensor) -> (position, first byte, end)
+    keys = []
     last_store = -1
 
     def drange(d):
@@ -239,28 +257,23 @@ def _hoist_stores(order: list[Op]) -> list[Op]:
         row = t.wpr * t.word_bytes
         return r0 * row + w0 * t.word_bytes, (r0 + n - 1) * row + (w0 + nw) * t.word_bytes
 
-    for op in order:
-        at = len(out)
+    for n, op in enumerate(order):
         if op.kind == "store":
             b = op.reads[0]
             lo, hi = b.offset, b.offset + b.span
-            after = max((i for i, x, y in writers.get(id(b.storage), ()) if x < hi and lo < y), default=-1)
+            after = max((i for i, x, y in reversed(writers.get(id(b.storage), ())) if x < hi and lo < y), default=-1)
             for d in op.dram_writes:
                 x, y = drange(d)
                 after = max(after, max((i for i, u, v in dram.get(id(d[0]), ()) if u < y and x < v), default=-1))
-            at = max(after, last_store) + 1
-            out.insert(at, op)
-            last_store = at
-            # positions after ``at`` moved by one
-            for lst in list(writers.values()) + list(dram.values()):
-                lst[:] = [(i + (i >= at), x, y) for i, x, y in lst]
+            last_store = max(after, last_store)
+            keys.append((last_store, 1, n))
         else:
-            out.append(op)
+            keys.append((n, 0, n))
         for b in op.writes:
-            writers.setdefault(id(b.storage), []).append((at, b.offset, b.offset + b.span))
+            writers.setdefault(id(b.storage), []).append((n, b.offset, b.offset + b.span))
         for d in op.dram_reads + op.dram_writes:
-            dram.setdefault(id(d[0]), []).append((at, *drange(d)))
-    return out
+            dram.setdefault(id(d[0]), []).append((n, *drange(d)))
+    return [order[k[2]] for k in sorted(keys)]
 
 
 def _prefetchable(op: Op) -> bool:
@@ -452,6 +465,7 @@ def _synchronise(order: list[Op]) -> tuple[list[Op], list[_Sync], list[tuple[int
     edges = []
     relays = 0
     last_unit = [-1]  # queue position of the last command-stream op that is not a MATMUL
+    last_touch = _LastTouch()
 
     def done(j):  # what is known complete once op j has completed
         d = dict(start_kc[j])
@@ -483,11 +497,9 @@ def _synchronise(order: list[Op]) -> tuple[list[Op], list[_Sync], list[tuple[int
             for other in Queue.ALL:
                 if other == q:
                     continue
-                for j in reversed(pos[other]):
-                    if _conflict(*acc[j], *acc[i]):
-                        if not covers(kc, j):
-                            need.append(j)
-                        break
+                j = last_touch.conflict(other, *acc[i])
+                if j >= 0 and not covers(kc, j):
+                    need.append(j)
         if len(need) == 2:
             a, b = need
             if covers(done(a), b):
@@ -519,6 +531,7 @@ def _synchronise(order: list[Op]) -> tuple[list[Op], list[_Sync], list[tuple[int
         plan.append(s)
         start_kc.append(kc)
         last_start[q] = kc
+        last_touch.record(q, i, *acc[i])
         qpos.append(len(pos[q]))
         if q == Queue.EXEC and op.kind != "matmul":
             last_unit[0] = len(pos[q])
@@ -529,6 +542,64 @@ def _synchronise(order: list[Op]) -> tuple[list[Op], list[_Sync], list[tuple[int
     for i, op in enumerate(final):
         op.index = i
     return final, plan, edges, relays
+
+
+class _LastTouch:
+    """Per queue, the last op that wrote and that read each SRAM word (numpy arrays, so finding an
+    op's latest conflict is a few slice maxima, not a scan back over the queue), and the DMA
+    ops' DRAM ranges (few: scanned)."""
+
+    def __init__(self):
+        self.write: dict = {}
+        self.read: dict = {}
+        self.dram: dict[tuple, list[tuple[int, tuple, tuple]]] = {}  # (queue, 4 KiB page) -> DMA ops
+
+    def _arr(self, table: dict, q: str, region: str, end: int):
+        a = table.get((q, region))
+        if a is None or len(a) < end:
+            grown = np.full(max(end, 1024), -1, np.int64)
+            if a is not None:
+                grown[:len(a)] = a
+            table[(q, region)] = a = grown
+        return a
+
+    def conflict(self, q: str, reads: list, writes: list) -> int:
+        """The latest op of queue ``q`` that writes what this op reads or writes, or reads what it writes."""
+        best = -1
+        for space, lo, hi in reads + writes:
+            if space == "DRAM" or hi <= lo:
+                continue
+            best = max(best, int(self._arr(self.write, q, space, hi)[lo:hi].max()))
+        for space, lo, hi in writes:
+            if space == "DRAM" or hi <= lo:
+                continue
+            best = max(best, int(self._arr(self.read, q, space, hi)[lo:hi].max()))
+        dr = [x for x in reads if x[0] == "DRAM"]
+        dw = [x for x in writes if x[0] == "DRAM"]
+        for page in {p for x in dr + dw for p in _pages(x)}:
+            for j, r, w in reversed(self.dram.get((q, page), ())):
+                if j <= best:
+                    break
+                if _conflict(list(r), list(w), dr, dw):
+                    best = j
+                    break
+        return best
+
+    def record(self, q: str, i: int, reads: list, writes: list) -> None:
+        for space, lo, hi in writes:
+            if space != "DRAM" and hi > lo:
+                self._arr(self.write, q, space, hi)[lo:hi] = i
+        for space, lo, hi in reads:
+            if space != "DRAM" and hi > lo:
+                self._arr(self.read, q, space, hi)[lo:hi] = i
+        r = tuple(x for x in reads if x[0] == "DRAM")
+        w = tuple(x for x in writes if x[0] == "DRAM")
+        for page in {p for x in r + w for p in _pages(x)}:
+            self.dram.setdefault((q, page), []).append((i, r, w))
+
+
+def _pages(x: tuple) -> range:
+    return range(x[1] >> 12, ((x[2] - 1) >> 12) + 1)
 
 
 def _join(a: dict, b: dict) -> dict:
