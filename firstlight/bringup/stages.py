@@ -1169,8 +1169,8 @@ async def _tile_kernels(dev, rng, mit, problems: list) -> list[str]:
         for shape in spec.bringup:
             p = spec.resolve(shape)
             ins = spec.inputs(p, int(rng.integers(1 << 31)), False)
-            outs, _ = await run_spec(dev, spec, p, ins, mitigations=mit)
-            bad, _ = compare(spec, p, ins, outs, dev.config.lanes)
+            outs, st = await run_spec(dev, spec, p, ins, mitigations=mit)
+            bad, _ = compare(spec, p, ins, outs, dev.config.lanes, st.plan)
             where = f"{spec.name} " + "x".join(str(p[x.name]) for x in spec.params if x.shape)
             if bad:
                 problems.append(f"{where}: {bad['count']} wrong, first at {tuple(bad['index'])}: got {bad['got']}, "

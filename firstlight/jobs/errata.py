@@ -107,7 +107,7 @@ async def run_cell(dev, cell: Cell | tuple[Cell, ...], seed: int, mit) -> dict:
         p = spec.resolve(dict(cell.params))
         ins = spec.inputs(p, seed, False)
         outs, stats = await run_spec(dev, spec, p, ins, mitigations=mit)
-        mismatch, sqnr = compare(spec, p, ins, outs, dev.config.lanes)
+        mismatch, sqnr = compare(spec, p, ins, outs, dev.config.lanes, stats.plan)
     else:
         raise TypeError(f"unknown regression cell {cell!r}")
     return {"passed": mismatch is None, "mismatch": mismatch, "cycles": stats.cycles,

@@ -15,11 +15,13 @@ from .traced import traced as _traced
 __all__ = ["tile_job", "tile_cases_job", "compare", "shape_label"]
 
 
-def compare(spec, p: dict, ins: dict, outs: dict, lanes: int) -> tuple[dict | None, float | None]:
-    """(first mismatch against the golden, bit for bit, or None; SQNR in dB against the reference)."""
+def compare(spec, p: dict, ins: dict, outs: dict, lanes: int, plan: dict | None = None
+            ) -> tuple[dict | None, float | None]:
+    """(first mismatch against the golden, bit for bit, or None; SQNR in dB against the reference).
+    ``plan``: what the kernel's ``kernel_args`` chose (KernelStats.plan), which the golden sees too."""
     from golden.metrics import sqnr_db
 
-    want = spec.golden(ins, p, lanes)
+    want = spec.golden(ins, {**p, **{k: v for k, v in (plan or {}).items() if k in p}}, lanes)
     mismatch = None
     for name, w in want.items():
         got = outs[name]
@@ -59,7 +61,7 @@ async def tile_job(dev, emit, kernel: str, params: dict, seed: int, extremes: bo
     mit = workarounds.attach(dev, errata_policy)
     ins = spec.inputs(p, seed, extremes)
     (outs, stats), events = await _traced(dev, trace, lambda: run_spec(dev, spec, p, ins, mitigations=mit))
-    mismatch, sq = compare(spec, p, ins, outs, dev.config.lanes)
+    mismatch, sq = compare(spec, p, ins, outs, dev.config.lanes, stats.plan)
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
             "sqnr_db": sq, "kernel": kernel, "params": p}
 

@@ -58,6 +58,7 @@ class Compiled:
     edges: list[tuple[int, int]] = field(default_factory=list)  # (producer op, consumer op): the waits kept
     errata_insertions: int = 0  # FL-ME-002 spacers put in
     compile_s: float = 0.0  # host time to trace and compile (set by kernels.tile.runtime.build)
+    kernel_args: dict = field(default_factory=dict)  # what the source was called with besides its tensors
 
     def tensor(self, name: str) -> TensorDecl:
         for t in self.tensors:

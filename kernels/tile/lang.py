@@ -188,6 +188,15 @@ class Tile:
     rows = property(lambda self: self.buf.rows)
     words_per_row = property(lambda self: self.buf.wpr)
 
+    def reshape(self, rows: int, words_per_row: int) -> "Tile":
+        """The same words as ``rows`` rows of ``words_per_row`` (a tile is contiguous): a GEMM
+        result of D words stored as D rows of one word, say."""
+        b = self.buf
+        if rows * words_per_row != b.words or b.row_stride != b.wpr:
+            raise TileError(f"{_caller_line()}: {b.storage.name} is {b.rows} x {b.wpr} words; it cannot be "
+                            f"{rows} x {words_per_row}")
+        return Tile(Buffer(b.own, rows, words_per_row, b.dtype, b.scalar, b.offset))
+
     def __getitem__(self, row: int) -> "Tile":
         """Row ``row`` of the tile (a view of the same words: a tile row of a GEMM's result)."""
         b = self.buf
@@ -241,8 +250,10 @@ def pipeline(iterable, stages: int = 2):
 
 # ---- memory ----------------------------------------------------------------------------------
 
-def load(view: TensorView) -> Tile:
-    """DMA rows of a DRAM tensor into a new tile (the compiler places it in the accumulator SRAM)."""
+def load(view: TensorView, *, scalar: bool = False) -> Tile:
+    """DMA rows of a DRAM tensor into a new tile (the compiler places it in the accumulator SRAM;
+    A and B operands in their SRAMs). ``scalar``: the tile's words carry one value each, in lane 0
+    (a value the host computed, such as a quantization scale), and broadcast as scalars."""
     tr = current()
     line = _caller_line()
     if isinstance(view, TensorRef):
@@ -251,7 +262,7 @@ def load(view: TensorView) -> Tile:
         raise TileError(f"{line}: load takes rows of a DRAM tensor (x[r0:r1]), not {type(view).__name__}")
     t = view.tensor
     region = {"a_panels": "A", "b_panels": "B"}.get(t.layout, "ACC")
-    buf = tr.new_buffer(t.name, view.n, view.words, t.dtype, False, line, region)
+    buf = tr.new_buffer(t.name, view.n, view.words, t.dtype, scalar, line, region)
     tr.emit(Op("load", Queue.LOAD, line, writes=[buf], dram_reads=[(t, view.r0, view.n, view.w0, view.words)]))
     return Tile(buf)
 
@@ -381,6 +392,8 @@ def _binary(op: str, x, y) -> Tile:
         cmds = [(op, 0, 0, "vector", a.words, 0)]
     elif not b.scalar and b.rows == 1 and b.wpr == 1:
         cmds = [(op, 0, 0, "lane", a.words, 0)]  # one word: its lanes for every word (a column's value)
+    elif not a.scalar and not b.scalar and a.words == b.words and b.rows == 1:
+        cmds = [(op, 0, 0, "vector", a.words, 0)]  # one row of as many words: word for word
     elif b.scalar and b.rows == a.rows and b.wpr == 1:
         cmds = [(op, r * a.wpr, r, "scalar", a.wpr, r * a.wpr) for r in range(a.rows)]  # a row's scalar
     elif not b.scalar and b.rows == 1 and b.wpr == a.wpr and not a.scalar:

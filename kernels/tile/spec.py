@@ -141,9 +141,12 @@ class KernelSpec:
         if why:
             raise KernelRefused(why)
         target = Target(config, board, constraints)
-        return build(self.name, self.source, config, self.tensors(params), self.kernel_args(params, target),
-                     dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes, constraints=constraints,
-                     bytes_per_cycle=board.bytes_per_cycle)
+        args = self.kernel_args(params, target)
+        c = build(self.name, self.source, config, self.tensors(params), args,
+                  dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes, constraints=constraints,
+                  bytes_per_cycle=board.bytes_per_cycle)
+        c.kernel_args = dict(args)
+        return c
 
 
 def _modules() -> list[str]:
@@ -200,6 +203,7 @@ async def run_spec(dev, spec: KernelSpec, params: dict, inputs: dict, *, mitigat
         out = await run(dev, compiled, {t.name: inputs[t.name] for t in ins}, budget_cycles)
         await dev.check_no_error()
     meas.stats.add_errata(mitigations.report(tuple(Unit[u] for u in spec.units)))
+    meas.stats.plan = compiled.kernel_args  # the tile sizes chosen: a golden that depends on them reads them
     return out, meas.stats
 
 

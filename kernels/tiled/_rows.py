@@ -25,7 +25,7 @@ def tile_rows(spec_source, tensors, p: dict, config, extra: dict | None = None) 
     want = max(1, -(-p["rows"] // _MIN_TILES))
     for n in range(want, 0, -1):
         try:
-            build("fit", spec_source, config, tensors(p), {**extra, "rows": n}, dram_bytes=1 << 32, bus_bytes=4)
+            build("fit", spec_source, config, tensors(p), {**extra, "tile_rows": n}, dram_bytes=1 << 32, bus_bytes=4)
             return n
         except TileError:
             continue

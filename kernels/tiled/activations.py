@@ -11,17 +11,17 @@ def _sigmoid_times(x, t):
     return x * tile.recip(tile.exp(t) + C["one"])
 
 
-def silu(x, out, *, rows: int):
-    for r in tile.pipeline(range(0, x.rows, rows), stages=2):
-        t = tile.load(x[r:r + rows])
-        tile.store(out[r:r + rows], _sigmoid_times(t, t * C["minus_one"]))
+def silu(x, out, *, tile_rows: int):
+    for r in tile.pipeline(range(0, x.rows, tile_rows), stages=2):
+        t = tile.load(x[r:r + tile_rows])
+        tile.store(out[r:r + tile_rows], _sigmoid_times(t, t * C["minus_one"]))
 
 
-def gelu(x, out, *, rows: int):
-    for r in tile.pipeline(range(0, x.rows, rows), stages=2):
-        t = tile.load(x[r:r + rows])
+def gelu(x, out, *, tile_rows: int):
+    for r in tile.pipeline(range(0, x.rows, tile_rows), stages=2):
+        t = tile.load(x[r:r + tile_rows])
         z = (t * t * t * C["gelu_cubic"] + t) * C["gelu_k"]
-        tile.store(out[r:r + rows], _sigmoid_times(t, z))
+        tile.store(out[r:r + tile_rows], _sigmoid_times(t, z))
 
 
 # ---- declarations --------------------------------------------------------------------------------
@@ -52,7 +52,7 @@ def _spec(kind, source, summary, aten):
         name=kind, summary=summary, source=source, params=(*SHAPE, TILE_ROWS), tensors=_tensors, inputs=_inputs,
         golden=lambda i, p, lanes: {"out": activation_rows(kind, i["x"], lanes)},
         reference=lambda i, p: {"out": activation_reference(kind, np.where(np.isfinite(i["x"]), i["x"], np.nan))},
-        kernel_args=lambda p, t: {"rows": tile_rows(source, _tensors, p, t.config)}, aten=aten,
+        kernel_args=lambda p, t: {"tile_rows": tile_rows(source, _tensors, p, t.config)}, aten=aten,
         bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 8 --cols 100",))
 
 

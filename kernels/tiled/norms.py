@@ -7,23 +7,23 @@ from golden.norms import inv_count
 from kernels import tile
 
 
-def layer_norm(x, gamma, beta, out, *, eps: float, rows: int):
+def layer_norm(x, gamma, beta, out, *, eps: float, tile_rows: int):
     g, b = tile.load(gamma), tile.load(beta)
     inv_n = tile.scalar(bits=inv_count(x.cols))
-    for r in tile.pipeline(range(0, x.rows, rows), stages=2):
-        t = tile.load(x[r:r + rows])
+    for r in tile.pipeline(range(0, x.rows, tile_rows), stages=2):
+        t = tile.load(x[r:r + tile_rows])
         d = tile.mask_tail(t - tile.row_sum(t) * inv_n, x.cols)  # the padding lanes must not count
         var = tile.row_sum(d * d) * inv_n
-        tile.store(out[r:r + rows], d * tile.rsqrt(var + eps) * g + b)
+        tile.store(out[r:r + tile_rows], d * tile.rsqrt(var + eps) * g + b)
 
 
-def rms_norm(x, gamma, out, *, eps: float, rows: int):
+def rms_norm(x, gamma, out, *, eps: float, tile_rows: int):
     g = tile.load(gamma)
     inv_n = tile.scalar(bits=inv_count(x.cols))
-    for r in tile.pipeline(range(0, x.rows, rows), stages=2):
-        t = tile.load(x[r:r + rows])
+    for r in tile.pipeline(range(0, x.rows, tile_rows), stages=2):
+        t = tile.load(x[r:r + tile_rows])
         ms = tile.row_sum(t * t) * inv_n
-        tile.store(out[r:r + rows], t * tile.rsqrt(ms + eps) * g)
+        tile.store(out[r:r + tile_rows], t * tile.rsqrt(ms + eps) * g)
 
 
 # ---- declarations --------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ def _eps(default: float) -> Param:
 
 
 def _args(source, tensors):
-    return lambda p, t: {"eps": p["eps"], "rows": tile_rows(source, tensors, p, t.config, {"eps": p["eps"]})}
+    return lambda p, t: {"eps": p["eps"], "tile_rows": tile_rows(source, tensors, p, t.config, {"eps": p["eps"]})}
 
 
 SPECS = [

@@ -5,11 +5,11 @@ from __future__ import annotations
 from kernels import tile
 
 
-def softmax(x, out, *, rows: int):
-    for r in tile.pipeline(range(0, x.rows, rows), stages=2):
-        t = tile.load(x[r:r + rows])
+def softmax(x, out, *, tile_rows: int):
+    for r in tile.pipeline(range(0, x.rows, tile_rows), stages=2):
+        t = tile.load(x[r:r + tile_rows])
         t = tile.exp(t - tile.row_max(t))
-        tile.store(out[r:r + rows], t * tile.recip(tile.row_sum(t)))
+        tile.store(out[r:r + tile_rows], t * tile.recip(tile.row_sum(t)))
 
 
 # ---- declaration ---------------------------------------------------------------------------------
@@ -49,6 +49,6 @@ SPECS = [KernelSpec(
     name="softmax", summary="row softmax in fp32 on the reduction and vector units", source=softmax,
     params=(*SHAPE, TILE_ROWS),
     tensors=_tensors, inputs=_inputs, golden=lambda ins, p, lanes: {"out": softmax_rows(ins["x"], lanes)},
-    reference=_reference, kernel_args=lambda p, t: {"rows": tile_rows(softmax, _tensors, p, t.config)},
+    reference=_reference, kernel_args=lambda p, t: {"tile_rows": tile_rows(softmax, _tensors, p, t.config)},
     units=("REDUCE", "CMDPROC", "DMA", "VECTOR"), aten="aten::_softmax",
     bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 16 --cols 100", "--rows 64 --cols 256 --extremes"))]
