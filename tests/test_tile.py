@@ -47,11 +47,12 @@ def _access(cmd: int, word_bytes: int, stale_a: bool = False, zero_b: int | None
         f = d["flags"]
         n = d["length"]
         reads = [("ACC", d["arg0"], d["arg0"] + n)]
-        if VecOp(f["op"]) not in _UNARY:
+        if VecOp(f["op"]) not in _UNARY and f["b"] != VecB.FOLD:
             bn = n if f["b"] == VecB.VECTOR else 1
             reads.append(("ACC", d["arg1"], d["arg1"] + bn))
         out = 1 if f["b"] == VecB.FOLD else n
-        return "exec", "unit", reads, [("ACC", d["arg2"], d["arg2"] + out)]
+        into = {0: "ACC", 1: "A", 2: "B"}[f["dst"]]  # CVT_I8 writes operand words
+        return "exec", "unit", reads, [(into, d["arg2"], d["arg2"] + out)]
     if op == Opcode.REDUCE:
         return "exec", "unit", [("ACC", d["arg0"], d["arg0"] + d["length"])], [("ACC", d["arg2"], d["arg2"] + 1)]
     if op == Opcode.MATMUL:
@@ -160,6 +161,8 @@ def _compiled(name: str, params: dict, config=CHIP, constraints=None):
 
 CASES = [("tgemm", {"m": 12, "n": 8, "k": 9, "kc": 4}), ("tgemm", {"m": 32, "n": 24, "k": 24, "ga": 4, "gb": 2, "kc": 8}),
          ("tgemm", {"m": 21, "n": 19, "k": 17, "ga": 3, "gb": 2, "kc": 8}),
+         ("flash_attention", {"seq": 9, "dim": 8, "causal": True}),
+         ("flash_attention", {"seq": 13, "dim": 8, "nq": 2, "tk": 8}),
          ("softmax", {"rows": 7, "cols": 13}), ("softmax", {"rows": 9, "cols": 100, "tile_rows": 2}),
          ("layernorm", {"rows": 5, "cols": 13}), ("rmsnorm", {"rows": 6, "cols": 16, "tile_rows": 1}),
          ("gelu", {"rows": 5, "cols": 9}), ("silu", {"rows": 12, "cols": 9, "tile_rows": 3})]
