@@ -117,8 +117,15 @@ def _args(p, t):
 
     cfg = t.config
     base = {"causal": p["causal"], "lanes": cfg.lanes, "rows": cfg.rows}
+    # causal: a key tile as long as a query block, so that the first tile a block takes (its diagonal
+    # one, backwards) has a key at or below every query and the running max starts finite
+    shapes = [(nq, nq * cfg.lanes) for nq in (8, 4, 2, 1)] if p["causal"] else \
+        [(nq, tk * cfg.rows // 4) for nq, tk in _SHAPES]
     given = [(p["nq"], p["tk"])] if p["nq"] and p["tk"] else \
-        [(nq, tk * cfg.rows // 4) for nq, tk in _SHAPES if (not p["nq"] or nq == p["nq"]) and (not p["tk"] or tk == p["tk"])]
+        [(nq, tk) for nq, tk in shapes if (not p["nq"] or nq == p["nq"]) and (not p["tk"] or tk == p["tk"])]
+    if p["causal"] and any(tk != nq * cfg.lanes for nq, tk in given):
+        raise TileError(f"causal flash attention takes key tiles of one query block (tk = nq x {cfg.lanes}), "
+                        f"not nq={p['nq']}, tk={p['tk']}: a block's first tile must reach below every query")
     for nq, tk in given:
         try:
             build("fit", flash_attention, cfg, _tensors(p), {**base, "nq": nq, "tk": tk}, dram_bytes=1 << 32,
