@@ -107,7 +107,7 @@ def _reference(ins, p):
     return {"ot": attention_reference(*ins["fp32"], p["causal"]).T}
 
 
-_SHAPES = ((8, 16), (4, 16), (8, 8), (4, 8), (2, 8), (1, 8), (1, 4))  # (query tiles a block, keys a tile)
+_SHAPES = ((8, 16), (8, 12), (4, 16), (4, 12), (8, 8), (4, 8), (2, 8), (1, 8), (1, 4))  # (query tiles a block, keys a tile)
 
 
 def _args(p, t):
