@@ -52,7 +52,7 @@ def decode_attention(k, qt, vt, out, m_part=None, l_part=None, o_part=None, *,
                 for p in pp[1:]:
                     l = l + tile.col_sum(p)
             continue
-        pb = tile.to_b(pp[j], p_scale)                        # P8 of the piece: int8(p * 127)
+        pb = tile.to_b(pp[j], p_scale)                        # P8 of the piece: int8(p * p_scale)
         ot = tile.matmul(tile.load(vt[0:dt, a0:a1]), pb, acc=ot if j else None)   # O^T, int32
         if last:
             o = tile.dequant(ot, o_scale)
