@@ -150,11 +150,18 @@ def _tile_kernel(args, variant):
     from kernels.tile.ir import TileError
     from kernels.tile.spec import KernelRefused, get
 
+    from workarounds import ERRATA, parse_policy, resolve
+    from workarounds.constraints import constraints_for
+
     spec = get(args.tile_spec)
     given = {prm.name: getattr(args, f"tk_{prm.name}") for prm in spec.params}
+    # compiled with the revision's errata passes, as the run will be: what they cost in SRAM is
+    # refused here, and --dump shows the stream the chip gets (before the stream passes)
+    res = resolve(args.rev, parse_policy(args.errata_policy) if args.errata_policy else None, warn=False)
+    constraints = constraints_for([e for e in ERRATA if e.id in res.active])["gemm"]
     try:
         p = spec.resolve(given)
-        compiled = spec.compile(p, variant.config, variant.resolved_board)
+        compiled = spec.compile(p, variant.config, variant.resolved_board, constraints)
     except (ValueError, TileError, KernelRefused) as e:
         raise CannotStart(f"run {spec.name}: {e}") from None
     shape = " ".join(f"{k}={v}" for k, v in p.items() if k in ("rows", "cols"))
