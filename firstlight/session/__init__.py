@@ -452,8 +452,9 @@ class Session:
     # ---- the tile-language kernels, generated from the registry -------------------------------
     def run_kernel(self, name: str, /, *arrays: np.ndarray, budget_cycles: int | None = None, **inputs_and_params):
         """Run the tile-language kernel ``name`` (``chip.kernels``): its input arrays by position
-        (in the order of its declaration) or by tensor name, its parameters by name; ``rows`` and
-        ``cols`` come from the first input's shape. Returns ``(output, KernelStats)``, the output
+        (in the order of its declaration) or by tensor name, its parameters by name; its shape
+        parameters come from its inputs' shapes (KernelSpec.shape_params: ``rows`` and ``cols`` of
+        the first input for the row kernels). Returns ``(output, KernelStats)``, the output
         an array for a kernel with one, else a dict by tensor name. The simulator process checks
         the arrays (dtype, shape) and the parameters (range) and runs ``kernels.tile.spec.run_spec``,
         the function ``firstlight run <kernel>`` runs; a refusal is a ValueError or TypeError
@@ -472,7 +473,8 @@ class Session:
                     raise TypeError(f"kernel {name} got its input {key} twice: by position and by name")
                 ins[key] = v
             elif key in k["from_shape"]:
-                raise TypeError(f"kernel {name} takes {key} from the shape of {inputs[0]}; do not pass it")
+                raise TypeError(f"kernel {name} takes {key} from the shape of "
+                                f"{k.get('shape_of', {}).get(key, inputs[0])}; do not pass it")
             else:
                 raise TypeError(f"kernel {name} has no input or parameter {key!r}; " + _accepted(name, k))
         missing = [n for n in inputs if n not in ins]
