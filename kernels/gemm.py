@@ -28,7 +28,7 @@ from workarounds import GemmConstraints, Mitigations, Unit
 
 from .dma_stream import SEM, Ledger
 from .epilogue import Epilogue, epilogue_vecs, max_columns
-from .layout import pack_a_panels, pack_b_panels
+from .layout import pack_a_panels, pack_b_panels, tiles_to_matrix
 from .roofline import drain_cycles, ideal_cycles, memory_cycles
 from .stats import KernelStats, Measure
 from .validate import check_matrix, require_vector
@@ -380,8 +380,7 @@ def read_tiles(dev, bufs: GemmBuffers, plan: GemmPlan, out: np.ndarray) -> None:
     """C from DRAM (tile-major) into ``out`` (int32, or uint32 fp32 bits), padded shape."""
     R, C = dev.config.rows, dev.config.cols
     raw = dev.dram_read(bufs.c)
-    tiles = raw.view("<i4").view(out.dtype).reshape(plan.tm, plan.tn, R, C)
-    out[:, :] = tiles.transpose(0, 2, 1, 3).reshape(plan.tm * R, plan.tn * C)
+    out[:, :] = tiles_to_matrix(raw.view("<i4").view(out.dtype).reshape(plan.tm, plan.tn, R, C))
 
 
 GroupTail = Callable[[int, int, int, int, int, Ledger, GemmBuffers], list]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pack_a_panels", "pack_b_panels", "bytes_to_words", "words_to_int32", "int32_to_words"]
+__all__ = ["pack_a_panels", "pack_b_panels", "a_panel_bytes", "b_panel_bytes", "tiles_to_matrix", "bytes_to_words",
+           "words_to_int32", "int32_to_words"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -29,18 +30,32 @@ def bytes_to_words(raw: np.ndarray) -> np.ndarray:
     raise ValueError(f"unsupported word size {nbytes} bytes")
 
 
+def a_panel_bytes(a: np.ndarray, rows: int) -> np.ndarray:
+    """int8 (Mp, K) with Mp % rows == 0 -> uint8 (Mp // rows, K, rows): panel p, step k, byte i = row i."""
+    mp, k = a.shape
+    return np.ascontiguousarray(a.reshape(mp // rows, rows, k).transpose(0, 2, 1)).view(np.uint8)
+
+
+def b_panel_bytes(b: np.ndarray, cols: int) -> np.ndarray:
+    """int8 (K, Np) with Np % cols == 0 -> uint8 (Np // cols, K, cols): panel q, step k, byte j = column j."""
+    k, np_ = b.shape
+    return np.ascontiguousarray(b.reshape(k, np_ // cols, cols).transpose(1, 0, 2)).view(np.uint8)
+
+
+def tiles_to_matrix(tiles: np.ndarray) -> np.ndarray:
+    """Tile-major (TM, TN, ROWS, COLS) -> the (TM * ROWS, TN * COLS) matrix."""
+    tm, tn, r, c = tiles.shape
+    return tiles.transpose(0, 2, 1, 3).reshape(tm * r, tn * c)
+
+
 def pack_a_panels(a: np.ndarray, rows: int) -> np.ndarray:
     """int8 (Mp, K) with Mp % rows == 0 -> words (Mp // rows, K): panel p, step k."""
-    mp, k = a.shape
-    tiles = a.reshape(mp // rows, rows, k).transpose(0, 2, 1)  # (TM, K, rows)
-    return bytes_to_words(tiles.view(np.uint8))
+    return bytes_to_words(a_panel_bytes(a, rows))
 
 
 def pack_b_panels(b: np.ndarray, cols: int) -> np.ndarray:
     """int8 (K, Np) with Np % cols == 0 -> words (Np // cols, K): panel q, step k."""
-    k, np_ = b.shape
-    tiles = b.reshape(k, np_ // cols, cols).transpose(1, 0, 2)  # (TN, K, cols)
-    return bytes_to_words(tiles.view(np.uint8))
+    return bytes_to_words(b_panel_bytes(b, cols))
 
 
 def words_to_int32(words: list[int], lanes: int) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 from golden.vector import row_words
 
 from kernels.acc_pass import units_busy_cycles
+from kernels.layout import a_panel_bytes, b_panel_bytes, tiles_to_matrix
 
 from .compiler import Compiled, compile_trace
 from .ir import TileError
@@ -93,11 +94,11 @@ def pack(t, x: np.ndarray, config) -> bytes:
     if t.layout == "a_panels":  # (M, K) -> panel p, word k = A[pR:(p+1)R, k]
         pad = np.zeros((t.stored_rows * R, t.cols), np.int8)
         pad[:t.rows] = x
-        return np.ascontiguousarray(pad.reshape(t.stored_rows, R, t.cols).transpose(0, 2, 1)).tobytes()
+        return a_panel_bytes(pad, R).tobytes()
     if t.layout == "b_panels":  # (K, N) -> panel q, word k = B[k, qC:(q+1)C]
         pad = np.zeros((t.rows, t.stored_rows * C), np.int8)
         pad[:, :t.cols] = x
-        return np.ascontiguousarray(pad.reshape(t.rows, t.stored_rows, C).transpose(1, 0, 2)).tobytes()
+        return b_panel_bytes(pad, C).tobytes()
     raise TileError(f"tensor {t.name}: layout {t.layout} is an output layout")
 
 
@@ -109,6 +110,6 @@ def unpack(t, raw: np.ndarray, config) -> np.ndarray:
     if t.layout == "c_tiles":  # tile rows of tiles of ROWS words of COLS int32
         R, C = config.rows, config.cols
         tn = t.wpr // R
-        tiles = raw.view("<i4").reshape(t.stored_rows, tn, R, C).transpose(0, 2, 1, 3)
-        return np.ascontiguousarray(tiles.reshape(t.stored_rows * R, tn * C)[:t.rows, :t.cols]).view(DTYPES[t.dtype])
+        whole = tiles_to_matrix(raw.view("<i4").reshape(t.stored_rows, tn, R, C))
+        return np.ascontiguousarray(whole[:t.rows, :t.cols]).view(DTYPES[t.dtype])
     raise TileError(f"tensor {t.name}: layout {t.layout} is an input layout")
