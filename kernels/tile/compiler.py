@@ -115,12 +115,15 @@ def format_command(c: int) -> str:
 
 
 def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, dram_bytes: int,
-                  bus_bytes: int, constraints=None, bytes_per_cycle: float = 1.0) -> Compiled:
+                  bus_bytes: int, constraints=None, bytes_per_cycle: float = 1.0,
+                  fit_only: bool = False) -> Compiled | None:
     """``constraints``: the active mitigations' GEMM constraints (workarounds.GemmConstraints),
-    which the errata passes of kernels/tile/errata.py apply to every kernel."""
+    which the errata passes of kernels/tile/errata.py apply to every kernel. ``fit_only``: stop
+    once the SRAMs are placed (a TileError if they do not fit) and return None: a planner trying
+    tilings needs no semaphores or commands for the ones it rejects."""
     from . import errata
 
-    ops = errata.rewrite(ops, constraints, config)
+    ops = _fuse_expsub(errata.rewrite(ops, constraints, config))
     order = _hoist_stores(_interleave_tails(_schedule(ops), config, bytes_per_cycle))
     for i, op in enumerate(order):
         op.index = i
@@ -128,17 +131,51 @@ def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, d
     errata.layout(order, constraints)
     storages, peak = _place(order, config, errata.reserved(constraints))
     order, gaps = errata.gaps(order, constraints, config, tensors)
+    if fit_only:
+        return None
     _place_dram(tensors, dram_bytes, bus_bytes)
     order, plan, edges, relays = _synchronise(order)
     cmds, cmd_ops, waits, signals = _lower(order, plan, config)
     return Compiled(name, cmds, cmd_ops, order, tensors, storages, waits, signals, relays, peak, edges, gaps)
 
 
+# ---- 0. fuse ------------------------------------------------------------------------------
+
+def _fuse_expsub(ops: list[Op]) -> list[Op]:
+    """``exp(x - y)`` where nothing else reads the difference: one EXPSUB pass (the VEC rounds the
+    difference, then exponentiates: the same bits as FSUB then EXP) instead of two over the words,
+    at the subtraction's place. (On a revision with FL-VU-001 the submit filter splits it again.)"""
+    readers: dict[int, int] = {}
+    writer: dict[int, Op] = {}
+    for op in ops:
+        for b in op.reads:
+            readers[id(b.own)] = readers.get(id(b.own), 0) + 1
+        for b in op.writes:
+            writer.setdefault(id(b.own), op)
+    fused: dict[int, Op] = {}  # id(the FSUB) -> its EXPSUB
+    dropped: set[int] = set()
+    for op in ops:
+        if op.kind != "vec" or op.args["op"] != "exp":
+            continue
+        x = op.reads[0]
+        sub = writer.get(id(x.own))
+        if (sub is None or sub.kind != "vec" or sub.args["op"] != "fsub" or readers[id(x.own)] != 1
+                or sub.writes[0] is not x or sub.loop is not op.loop or sub.iteration != op.iteration):
+            continue
+        e = Op("vec", Queue.EXEC, op.line, {"op": "expsub", "cmds": [("expsub", *c[1:]) for c in sub.args["cmds"]]},
+               reads=sub.reads, writes=op.writes)
+        e.loop, e.iteration = sub.loop, sub.iteration
+        fused[id(sub)] = e
+        dropped.add(id(op))
+    return [fused.get(id(op), op) for op in ops if id(op) not in dropped]
+
+
 # ---- 1. schedule -----------------------------------------------------------------------------
 
 def _schedule(ops: list[Op]) -> list[Op]:
     """Program order, except that in a pipelined loop the loads of iteration ``i + S - 1`` are
-    issued before the rest of iteration ``i``."""
+    issued before the rest of iteration ``i`` (S >= 2), or (S = 1) each load of iteration
+    ``i + 1`` right after the last reader of the same load line's tile in iteration ``i``."""
     out: list[Op] = []
     i = 0
     while i < len(ops):
@@ -150,11 +187,16 @@ def _schedule(ops: list[Op]) -> list[Op]:
         j = i
         while j < len(ops) and ops[j].loop is loop:
             j += 1
-        body = ops[i:j]
         its = loop.iterations
-        early = [[o for o in body if o.iteration == k and _prefetchable(o)] for k in range(its)]
-        rest = [[o for o in body if o.iteration == k and not _prefetchable(o)] for k in range(its)]
+        early: list[list[Op]] = [[] for _ in range(its)]
+        rest: list[list[Op]] = [[] for _ in range(its)]
+        for o in ops[i:j]:
+            (early if _prefetchable(o) else rest)[o.iteration].append(o)
         ahead = loop.stages - 1
+        if ahead == 0:
+            out += _refill(early, rest)
+            i = j
+            continue
         for k in range(min(ahead, its)):
             out += early[k]
         for k in range(its):
@@ -162,6 +204,52 @@ def _schedule(ops: list[Op]) -> list[Op]:
                 out += early[k + ahead]
             out += rest[k]
         i = j
+    return out
+
+
+def _refill(early: list[list[Op]], rest: list[list[Op]]) -> list[Op]:
+    """One buffer per load line, refilled as soon as it is read: a load of iteration ``k`` goes
+    into the stream right after the last op of iteration ``k - 1`` that reads the tile the same
+    line loaded last (in ``k - 1`` or before: a block's queries, loaded once a block), so that
+    placement gives it that tile's words and the DMA fetches it while the rest of iteration
+    ``k - 1`` computes; else at the start of its iteration. A command in the
+    stream is dispatched only once those before it are, so a load left at the start of its
+    iteration would wait for the whole previous iteration to issue."""
+    out: list[Op] = list(early[0]) + list(rest[0])
+    base = 0  # where iteration k - 1's own segment starts in ``out``
+    latest: dict[str, list[Op]] = {}  # load line -> its loads in the last iteration that had them
+    for k in range(1, len(early)):
+        prev = out[base:]
+        for line in {op.line for op in early[k - 1]}:  # the latest loads of each line
+            latest[line] = [op for op in early[k - 1] if op.line == line]
+        by_line = latest
+        after: dict[int, list[Op]] = {}  # id(op of iteration k - 1) -> loads to put after it
+        head: list[Op] = []
+        seen: dict[str, int] = {}
+        for op in early[k]:
+            n = seen.get(op.line, 0)
+            seen[op.line] = n + 1
+            same = by_line.get(op.line, [])
+            if n >= len(same):
+                head.append(op)
+                continue
+            own = same[n].writes[0].own
+            last = None
+            for x in prev:
+                if x.kind != "load" and any(b.own is own for b in x.reads):
+                    last = x
+            if last is None:
+                head.append(op)
+            else:
+                after.setdefault(id(last), []).append(op)
+        if after:
+            merged = []
+            for x in prev:
+                merged.append(x)
+                merged += after.get(id(x), [])
+            out[base:] = merged
+        base = len(out)
+        out += head + rest[k]
     return out
 
 
@@ -296,29 +384,37 @@ def _last_uses(order: list[Op]) -> dict[int, int]:
 
 
 def _coalesce(order: list[Op]) -> None:
+    """A VEC whose first operand's storage is dead after it writes its result over it (an alias),
+    when the shapes agree; an in-place VEC (mask_tail) is refused if the storage is read later.
+    "Dead" counts every view of the storage, also those the kernel makes after this op."""
     last = _last_uses(order)
-    members: dict[int, list[Buffer]] = {}  # id(Storage) -> its buffers so far
-    readers: dict[int, list[Op]] = {}
+    root_last: dict[int, int] = {}  # id(root Storage) -> the last use of any of its buffers
     for op in order:
-        for b in op.reads:
-            readers.setdefault(id(b), []).append(op)
-    for op in order:
-        if op.kind == "vec" and op.reads:
-            a, out = op.reads[0], op.writes[0]
-            st_last = max(last[id(b)] for b in members.get(id(a.storage), [a]))
-            if op.args.get("in_place"):
-                if st_last > op.index:
-                    later = [o for b in members.get(id(a.storage), [a]) for o in readers.get(id(b), [])
-                             if o.index > op.index]
-                    raise TileError(f"{op.line}: {op.args['op']} overwrites {a.storage.name} in place, but "
-                                    f"{later[0].line} reads it afterwards; use the result instead")
-            elif (st_last == op.index and a.storage.region == out.storage.region and a.words == out.words
-                  and a.offset == 0 and a.span == a.storage.words and out.own is not a.own):
-                out.storage.alias = a.storage
         for b in op.reads + op.writes:
-            lst = members.setdefault(id(b.storage), [])
-            if all(x is not b for x in lst):
-                lst.append(b)
+            st = id(b.storage)
+            root_last[st] = max(root_last.get(st, -1), last[id(b)])
+    # for an in-place op: the last use of the buffers seen before it (the values it overwrites;
+    # its result is a buffer of the same storage, read later by design)
+    before: dict[int, int] = {}
+    for op in order:
+        if op.kind == "vec" and op.reads and op.args.get("in_place"):
+            a = op.reads[0]
+            if max(before.get(id(a.storage), -1), last[id(a)]) > op.index:
+                later = next(o for o in order[op.index + 1:] if any(b.storage is a.storage for b in o.reads))
+                raise TileError(f"{op.line}: {op.args['op']} overwrites {a.storage.name} in place, but "
+                                f"{later.line} reads it afterwards; use the result instead")
+        for b in op.reads + op.writes:
+            before[id(b.storage)] = max(before.get(id(b.storage), -1), last[id(b)])
+        if op.kind != "vec" or not op.reads or op.args.get("in_place"):
+            continue
+        a, out = op.reads[0], op.writes[0]
+        st_last = root_last[id(a.storage)]
+        if (st_last == op.index and a.storage.region == out.storage.region and a.words == out.words
+              and a.offset == 0 and a.span == a.storage.words and out.own is not a.own
+              and out.storage is not a.storage):
+            merged = max(root_last[id(a.storage)], root_last[id(out.storage)])
+            out.storage.alias = a.storage
+            root_last[id(a.storage)] = merged
 
 
 # ---- 3. place -------------------------------------------------------------------------------
@@ -360,6 +456,9 @@ def _place(order: list[Op], config, reserved: dict[str, tuple[int, int]] | None 
         if op.kind == "load":
             st = op.writes[0].storage
             st.words = slot[(st.line, st.region)]
+    # a unit's result that a store reads: the DMA reads it, so it goes with the DMA's tiles at the
+    # bottom (a later unit result at the top would otherwise wait for that store to finish)
+    dma_read = {id(op.reads[0].storage) for op in order if op.kind == "store"}
     placed = []
     for op in order:
         for s in [s for s in live if last[id(s)] < op.index]:
@@ -374,7 +473,7 @@ def _place(order: list[Op], config, reserved: dict[str, tuple[int, int]] | None 
             # scratch then reuses words only the command stream touched, never words a DMA may still
             # be reading, so it needs no wait on a store
             holes = [h for h in free[s.region] if h[1] - h[0] >= s.words]
-            top = op.queue == Queue.EXEC
+            top = op.queue == Queue.EXEC and id(s) not in dma_read
             hole = (holes[-1] if top else holes[0]) if holes else None
             if hole is None:
                 biggest = max((h[1] - h[0] for h in free[s.region]), default=0)
@@ -689,7 +788,8 @@ def _commands(op: Op, config) -> list[tuple]:
         aa = a.storage.addr + a.offset
         ca = c.storage.addr + c.offset
         rows = config.rows
-        return [(matmul, {"a": aa, "b": b.storage.addr + b.offset + q * b.row_stride, "c": ca + q * rows,
+        step = op.args.get("c_step", rows)  # from one B panel's tile to the next in C
+        return [(matmul, {"a": aa, "b": b.storage.addr + b.offset + q * b.row_stride, "c": ca + q * step,
                           "k": op.args["k"], "accumulate": op.args["accumulate"]})
                 for q in range(op.args["pb"])]
     if op.kind == "vec":

@@ -38,12 +38,15 @@ def rewrite(ops: list[Op], constraints, config) -> list[Op]:
             raise TileError(f"{op.line}: a one-step accumulating MATMUL on a revision with FL-ME-001 is mitigated "
                             f"with a VEC IADD, and this chip has no vector unit: choose K chunks with no "
                             f"trailing chunk of one step")
-        c = op.args["c_view"]
-        st = Storage("ACC", c.wpr, f"k1_{c.storage.name}", op.line)
-        scratch = Buffer(st, 1, c.wpr, "int32")
-        mm = Op("matmul", Queue.EXEC, op.line, {**op.args, "accumulate": False, "c_view": scratch},
+        c = op.args["c_view"]  # a row of tiles (matmul by="a") or a tile of each row (by="b")
+        st = Storage("ACC", c.words, f"k1_{c.storage.name}", op.line)
+        scratch = Buffer(st, c.rows, c.wpr, "int32")
+        step = op.args.get("c_step", config.rows)
+        mm = Op("matmul", Queue.EXEC, op.line, {**op.args, "accumulate": False, "c_view": scratch,
+                                                 "c_step": step if c.rows == 1 else c.wpr},
                 reads=[r for r in op.reads if r is not c], writes=[scratch])
-        add = Op("vec", Queue.EXEC, op.line, {"op": "iadd (FL-ME-001)", "cmds": [("iadd", 0, 0, "vector", c.wpr, 0)]},
+        cmds = [("iadd", r * c.row_stride, r * c.wpr, "vector", c.wpr, r * c.row_stride) for r in range(c.rows)]
+        add = Op("vec", Queue.EXEC, op.line, {"op": "iadd (FL-ME-001)", "cmds": cmds},
                  reads=[c, scratch], writes=[c])
         for x in (mm, add):
             x.loop, x.iteration = op.loop, op.iteration

@@ -16,6 +16,7 @@ SRAM words, semaphores and command words are left to the compiler. Python ``for`
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -43,14 +44,21 @@ def current() -> "Trace":
 def _caller_line() -> str:
     """``file:line`` of the innermost frame outside kernels/tile: the kernel's source line."""
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _HERE:
+    while f is not None and _display_path(f.f_code.co_filename) is None:
         f = f.f_back
     if f is None:
         return "?"
-    path = os.path.abspath(f.f_code.co_filename)
-    if path.startswith(_ROOT + os.sep):
-        path = os.path.relpath(path, _ROOT)
-    return f"{path}:{f.f_lineno}"
+    return f"{_display_path(f.f_code.co_filename)}:{f.f_lineno}"
+
+
+@functools.lru_cache(maxsize=None)
+def _display_path(filename: str) -> str | None:
+    """None for a file of kernels/tile itself, else the path shown (relative to the repository);
+    cached, as every traced op asks (path arithmetic was a tenth of a large kernel's compile)."""
+    path = os.path.abspath(filename)
+    if os.path.dirname(path) == _HERE:
+        return None
+    return os.path.relpath(path, _ROOT) if path.startswith(_ROOT + os.sep) else path
 
 
 class Trace:
@@ -197,9 +205,16 @@ class Tile:
                             f"{rows} x {words_per_row}")
         return Tile(Buffer(b.own, rows, words_per_row, b.dtype, b.scalar, b.offset))
 
-    def __getitem__(self, row: int) -> "Tile":
-        """Row ``row`` of the tile (a view of the same words: a tile row of a GEMM's result)."""
+    def __getitem__(self, row) -> "Tile":
+        """Row ``row`` of the tile, or rows ``a:b`` (a view of the same words: a tile row of a GEMM's
+        result, or some of a B tile's panels for a MATMUL of part of it)."""
         b = self.buf
+        if isinstance(row, slice):
+            r0, r1, step = row.indices(b.rows)
+            if step != 1 or r1 <= r0:
+                raise TileError(f"{_caller_line()}: {b.storage.name} has rows 0..{b.rows - 1}; a slice of them is "
+                                f"a:b with a < b and no step, not {row.start}:{row.stop}:{row.step}")
+            return Tile(Buffer(b.own, r1 - r0, b.wpr, b.dtype, b.scalar, b.offset + r0 * b.row_stride, b.stride))
         if not isinstance(row, (int, np.integer)) or not 0 <= row < b.rows:
             raise TileError(f"{_caller_line()}: {b.storage.name} has rows 0..{b.rows - 1}, not {row!r}")
         return Tile(Buffer(b.own, 1, b.wpr, b.dtype, b.scalar, b.offset + int(row) * b.row_stride))
@@ -392,6 +407,8 @@ def _binary(op: str, x, y) -> Tile:
         cmds = [(op, 0, 0, "vector", a.words, 0)]
     elif not b.scalar and b.rows == 1 and b.wpr == 1:
         cmds = [(op, 0, 0, "lane", a.words, 0)]  # one word: its lanes for every word (a column's value)
+    elif not a.scalar and not b.scalar and b.wpr == 1 and b.rows == a.rows:
+        cmds = [(op, r * a.wpr, r, "lane", a.wpr, r * a.wpr) for r in range(a.rows)]  # a row's word (col_max per row)
     elif not a.scalar and not b.scalar and a.words == b.words and b.rows == 1:
         cmds = [(op, 0, 0, "vector", a.words, 0)]  # one row of as many words: word for word
     elif b.scalar and b.rows == a.rows and b.wpr == 1:
@@ -419,41 +436,55 @@ def dequant(t: Tile, scale) -> Tile:
     return _binary("deq", t, scale)
 
 
-def col_max(t: Tile) -> Tile:
+def col_max(t: Tile, *, per_row: bool = False) -> Tile:
     """The maximum over all the tile's words, lane by lane: one word (VEC FOLD). For a GEMM result
-    laid out as S^T (a word a key, a lane a query), the max over the keys of each query."""
-    return _fold("fmax", t)
+    laid out as S^T (a word a key, a lane a query), the max over the keys of each query.
+    ``per_row``: over each row's words, one word per row (a FOLD per row)."""
+    return _fold("fmax", t, per_row)
 
 
-def col_sum(t: Tile) -> Tile:
-    """The sum over all the tile's words, lane by lane, left to right: one word (VEC FOLD)."""
-    return _fold("fadd", t)
+def col_sum(t: Tile, *, per_row: bool = False) -> Tile:
+    """The sum over all the tile's words, lane by lane, left to right: one word (VEC FOLD);
+    ``per_row``: over each row's words, one word per row."""
+    return _fold("fadd", t, per_row)
 
 
-def _fold(op: str, t: Tile) -> Tile:
+def _fold(op: str, t: Tile, per_row: bool) -> Tile:
     tr = current()
     line = _caller_line()
     _need_vector(tr, line, op)
     a = t.buf
     if a.scalar or a.dtype != "fp32":
         raise TileError(f"{line}: column reductions take a tile of fp32 words, not {_shape(a)} {a.dtype}")
-    out = tr.new_buffer(f"col_{op[1:]}", 1, 1, "fp32", False, line)
-    tr.emit(Op("vec", Queue.EXEC, line, {"op": f"col_{op[1:]}", "cmds": [(op, 0, None, "fold", a.words, 0)]},
-               reads=[a], writes=[out]))
+    if per_row:
+        out = tr.new_buffer(f"col_{op[1:]}", a.rows, 1, "fp32", False, line)
+        cmds = [(op, r * a.row_stride, None, "fold", a.wpr, r) for r in range(a.rows)]
+    else:
+        if a.rows > 1 and a.row_stride != a.wpr:
+            raise TileError(f"{line}: a column reduction of all of {_shape(a)} needs its rows contiguous in SRAM "
+                            f"(per_row=True reduces each row)")
+        out = tr.new_buffer(f"col_{op[1:]}", 1, 1, "fp32", False, line)
+        cmds = [(op, 0, None, "fold", a.words, 0)]
+    tr.emit(Op("vec", Queue.EXEC, line, {"op": f"col_{op[1:]}", "cmds": cmds}, reads=[a], writes=[out]))
     return Tile(out)
 
 
-def to_b(t: Tile, scale) -> Tile:
-    """The int8 B operand of a next MATMUL from an fp32 tile laid out as a GEMM result (``pa`` tile
-    rows of ``pb`` x ROWS words): ``int8(t * scale)`` (nearest even, saturating; VEC CVT_I8) as
-    ``pb`` panels of ``pa`` x ROWS K steps, so that a word of ``t`` (one row of the result, a value
-    per column) becomes one K step of B. A result computed transposed (S^T = K Q^T, H^T = W^T X^T)
-    is then the right-hand operand of the next product (O^T = V^T P^T, Y^T = W2^T H^T)."""
+def to_b(t: Tile, scale, *, by: str = "a") -> Tile:
+    """The int8 B operand of a next MATMUL from an fp32 tile laid out as a GEMM result:
+    ``int8(t * scale)`` (nearest even, saturating; VEC CVT_I8), so that a word of ``t`` (one row
+    of the result, a value per column) becomes one K step of B. ``by="a"`` (a ``matmul(by="a")``
+    result, ``pa`` tile rows of ``pb`` x ROWS words): ``pb`` panels of ``pa`` x ROWS K steps;
+    ``by="b"`` (a ``matmul(by="b")`` result): each row of ``t`` is one panel, its words the K steps
+    in order (one command for the whole tile). A result computed transposed (S^T = K Q^T,
+    H^T = W^T X^T) is then the right-hand operand of the next product (O^T = V^T P^T,
+    Y^T = W2^T H^T)."""
     tr = current()
     line = _caller_line()
     _need_vector(tr, line, "to_b")
     a = t.buf
     rows = tr.config.rows
+    if by not in ("a", "b"):
+        raise TileError(f"{line}: to_b's by is \"a\" or \"b\" (as the matmul that made the tile), not {by!r}")
     if a.dtype != "fp32" or a.scalar or a.wpr % rows:
         raise TileError(f"{line}: to_b takes an fp32 tile laid out as a GEMM result (words per row a multiple "
                         f"of {rows}), not {_shape(a)} {a.dtype}")
@@ -462,10 +493,17 @@ def to_b(t: Tile, scale) -> Tile:
     sb = scale.buf
     if not (sb.scalar and sb.rows == 1):
         raise TileError(f"{line}: to_b's scale is one number (tile.scalar), not {_shape(sb)}")
-    pa, pb = a.rows, a.wpr // rows
-    out = tr.new_buffer("b_of_" + a.storage.name, pb, pa * rows, "int8", False, line, region="B")
-    cmds = [("cvt_i8", p * a.row_stride + q * rows, 0, "scalar", rows, q * pa * rows + p * rows)
-            for p in range(pa) for q in range(pb)]
+    if by == "b":
+        out = tr.new_buffer("b_of_" + a.storage.name, a.rows, a.wpr, "int8", False, line, region="B")
+        if a.row_stride == a.wpr:
+            cmds = [("cvt_i8", 0, 0, "scalar", a.words, 0)]
+        else:
+            cmds = [("cvt_i8", r * a.row_stride, 0, "scalar", a.wpr, r * a.wpr) for r in range(a.rows)]
+    else:
+        pa, pb = a.rows, a.wpr // rows
+        out = tr.new_buffer("b_of_" + a.storage.name, pb, pa * rows, "int8", False, line, region="B")
+        cmds = [("cvt_i8", p * a.row_stride + q * rows, 0, "scalar", rows, q * pa * rows + p * rows)
+                for p in range(pa) for q in range(pb)]
     tr.emit(Op("vec", Queue.EXEC, line, {"op": "to_b", "cmds": cmds, "dst_sram": "B"}, reads=[a, sb], writes=[out]))
     return Tile(out)
 
@@ -495,15 +533,22 @@ def mask_tail(t: Tile, cols: int) -> Tile:
 
 # ---- the matrix engine ---------------------------------------------------------------------------
 
-def matmul(a: Tile, b: Tile, acc: Tile | None = None) -> Tile:
+def matmul(a: Tile, b: Tile, acc: Tile | None = None, *, by: str = "a") -> Tile:
     """int8 A panels (``pa`` x K words, from an "a_panels" tensor) times B panels (``pb`` x K) into
-    an int32 result of ``pa`` tile rows of ``pb`` x ROWS words: added into ``acc`` when given
-    (the result replaces it), else a new tile. One MATMUL per output tile; the compiler keeps a
-    tile row's MATMULs together, so a store of one tile row waits for that row alone."""
+    an int32 result, added into ``acc`` when given (the result replaces it), else a new tile.
+    ``by="a"``: a result row per A panel, ``pa`` rows of ``pb`` x ROWS words (C tile by C tile
+    along each row); ``by="b"``: a result row per B panel, ``pb`` rows of ``pa`` x ROWS words (a
+    column panel of C, all its rows in order: for S^T = K Q^T, a row per query tile holding every
+    key's word, which ``col_max(per_row=True)``, a broadcast per row and ``to_b(by="b")`` take in
+    one command each). One MATMUL per output tile; the compiler keeps an A panel's MATMULs
+    together, so a store of one tile row waits for that row alone."""
     tr = current()
     line = _caller_line()
     if not isinstance(a, Tile) or not isinstance(b, Tile):
         raise TileError(f"{line}: matmul takes tiles loaded from an A and a B operand tensor")
+    if by not in ("a", "b"):
+        raise TileError(f"{line}: matmul's by is \"a\" (a result row per A panel) or \"b\" (per B panel), "
+                        f"not {by!r}")
     A, B = a.buf, b.buf
     if A.storage.region != "A" or B.storage.region != "B":
         raise TileError(f"{line}: matmul takes an A tile (from an a_panels tensor) and a B tile (from b_panels), "
@@ -512,22 +557,29 @@ def matmul(a: Tile, b: Tile, acc: Tile | None = None) -> Tile:
         raise TileError(f"{line}: the A tile has {A.wpr} K steps and the B tile {B.wpr}: they must agree")
     rows = tr.config.rows
     pa, pb, k = A.rows, B.rows, A.wpr
+    shape = (pa, pb * rows) if by == "a" else (pb, pa * rows)
     if acc is None:
-        C = tr.new_buffer("acc", pa, pb * rows, "int32", False, line)
+        C = tr.new_buffer("acc", *shape, "int32", False, line)
         accumulate = False
     else:
         C = acc.buf
-        if (C.rows, C.wpr) != (pa, pb * rows):
-            raise TileError(f"{line}: acc is {C.rows} x {C.wpr} words; A x B makes {pa} tile rows of {pb * rows}")
+        if (C.rows, C.wpr) != shape:
+            raise TileError(f"{line}: acc is {C.rows} x {C.wpr} words; A x B by {by!r} makes {shape[0]} rows of "
+                            f"{shape[1]}")
         accumulate = True
     for p in range(pa):
         ap = Buffer(A.own, 1, k, A.dtype, False, A.offset + p * A.row_stride)
-        cp = Buffer(C.own, 1, pb * rows, "int32", False, C.offset + p * C.row_stride)
+        if by == "a":  # the row's pb tiles, side by side
+            cp, step = Buffer(C.own, 1, pb * rows, "int32", False, C.offset + p * C.row_stride), rows
+        else:  # tile p of each of the pb rows
+            cp = Buffer(C.own, pb, rows, "int32", False, C.offset + p * rows, C.row_stride)
+            step = C.row_stride
         reads = [ap, B] + ([cp] if accumulate else [])
         tr.emit(Op("matmul", Queue.EXEC, line, {"op": "matmul", "accumulate": accumulate, "k": k, "pb": pb,
-                                                 "a_view": ap, "b_view": B, "c_view": cp, "a_tile": A, "p": p},
+                                                 "a_view": ap, "b_view": B, "c_view": cp, "c_step": step,
+                                                 "a_tile": A, "p": p},
                    reads=reads, writes=[cp]))
-    return Tile(Buffer(C.own, pa, pb * rows, "int32", False, C.offset))
+    return Tile(Buffer(C.own, *shape, "int32", False, C.offset, C.stride))
 
 
 # ---- the reduction unit ------------------------------------------------------------------------

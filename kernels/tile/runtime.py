@@ -42,8 +42,16 @@ class TensorSpec:
     layout: str = "rows"
 
 
+def fits(fn, config, tensors: list[TensorSpec], params: dict, constraints=None) -> None:
+    """Raise the TileError ``build`` would for ``fn(*tensors, **params)`` up to and including
+    SRAM placement (a working set that does not fit, a shape the kernel refuses), else return:
+    how a planner tries a tiling without lowering it."""
+    build("fit", fn, config, tensors, params, dram_bytes=1 << 32, bus_bytes=4, constraints=constraints,
+          fit_only=True)
+
+
 def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dram_bytes: int,
-          bus_bytes: int, constraints=None, bytes_per_cycle: float = 1.0) -> Compiled:
+          bus_bytes: int, constraints=None, bytes_per_cycle: float = 1.0, fit_only: bool = False) -> Compiled:
     """Trace ``fn(*tensors, **params)`` for ``config`` and compile it (with the errata passes
     ``constraints``, a workarounds.GemmConstraints, ask for); raises TileError with the kernel's
     source line for what it refuses."""
@@ -58,7 +66,10 @@ def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dra
         fn(*refs, **params)
     if not any(op.kind == "store" for op in tr.ops):
         raise TileError(f"kernel {name} stores nothing: its outputs would never be written")
-    c = compile_trace(name, tr.ops, tr.tensors, config, dram_bytes, bus_bytes, constraints, bytes_per_cycle)
+    c = compile_trace(name, tr.ops, tr.tensors, config, dram_bytes, bus_bytes, constraints, bytes_per_cycle,
+                      fit_only)
+    if c is None:
+        return None
     c.compile_s = time.perf_counter() - t0
     return c
 

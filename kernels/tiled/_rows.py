@@ -4,7 +4,7 @@ shape parameters, the tile-rows parameter and its automatic choice."""
 from __future__ import annotations
 
 from kernels.tile.ir import TileError
-from kernels.tile.runtime import build
+from kernels.tile.runtime import fits
 from kernels.tile.spec import Param
 
 SHAPE = (Param("rows", int, 8, "rows of the matrix", 1, 4096, shape=True),
@@ -25,7 +25,7 @@ def tile_rows(spec_source, tensors, p: dict, config, extra: dict | None = None) 
     want = max(1, -(-p["rows"] // _MIN_TILES))
     for n in range(want, 0, -1):
         try:
-            build("fit", spec_source, config, tensors(p), {**extra, "tile_rows": n}, dram_bytes=1 << 32, bus_bytes=4)
+            fits(spec_source, config, tensors(p), {**extra, "tile_rows": n})
             return n
         except TileError:
             continue

@@ -13,8 +13,10 @@ import numpy as np
 from kernels import tile
 
 
-def flash_attention(k, qt, vt, s_qk, s_pv, ot, *, nq: int, tk: int, causal: bool, lanes: int, rows: int):
-    """Blocks of ``nq`` query tiles (LANES queries each, one B panel) against key tiles of ``tk``."""
+def flash_attention(k, qt, vt, s_qk, s_pv, ot, *, nq: int, tk: int, oc: int, stages: int, causal: bool,
+                    lanes: int, rows: int):
+    """Blocks of ``nq`` query tiles (LANES queries each, one B panel) against key tiles of ``tk``;
+    O^T updated ``oc`` query tiles at a time (its product needs no more words than S^T's)."""
     seq, bq = k.rows, nq * lanes
     steps = []
     for b in range(-(-seq // bq)):
@@ -22,40 +24,48 @@ def flash_attention(k, qt, vt, s_qk, s_pv, ot, *, nq: int, tk: int, causal: bool
         tiles = [k0 for k0 in range(0, seq, tk) if not causal or k0 <= last_q]
         steps += [(b, k0, i, i == len(tiles) - 1) for i, k0 in enumerate(tiles[::-1] if b % 2 else tiles)]
     sqk, spv = tile.load(s_qk[0:1], scalar=True), tile.load(s_pv[0:1], scalar=True)
-    for b, k0, i, last in tile.pipeline(steps, stages=2):
-        qtiles = range(b * nq, min((b + 1) * nq, qt.panels))
+    for b, k0, i, last in tile.pipeline(steps, stages=stages):
+        t0, t1 = b * nq, min((b + 1) * nq, qt.panels)
+        chunks = [(c, min(c + oc, t1 - t0)) for c in range(0, t1 - t0, oc)]
         if i == 0:
-            q = {t: tile.load(qt[t]) for t in qtiles}
-            m, l, o = {}, {}, {}
+            q = tile.load(qt[t0:t1])                          # the block's query tiles: B panels
         kt = tile.load(k[k0 // rows:(k0 + tk) // rows])
         v = tile.load(vt[:, k0:k0 + kt.rows * rows])  # the tile's keys, the last one's padding included
-        for t in qtiles:
-            s = tile.dequant(tile.matmul(kt, q[t]), sqk)
-            mask = _mask(t * lanes, k0, s.rows * s.words_per_row, seq, causal, lanes)
-            if mask is not None:
-                s = s + tile.constant_row(mask)
-            mt = tile.col_max(s)
-            m_new = mt if i == 0 else tile.maximum(m[t], mt)
-            p = tile.exp(s - m_new)
-            lt = tile.col_sum(p)
-            pv = tile.dequant(tile.matmul(v, tile.to_b(p, 127.0)), spv)
-            if i == 0:
-                l[t], o[t] = lt, pv
-            else:
-                alpha = tile.exp(m[t] - m_new)
-                l[t], o[t] = l[t] * alpha + lt, o[t] * alpha + pv
-            m[t] = m_new
-            if last:
-                out = o[t] * tile.recip(l[t])
-                tile.store(ot[:, t:t + 1], out.reshape(out.rows * out.words_per_row, 1))
+        s = tile.dequant(tile.matmul(kt, q, by="b"), sqk)   # S^T: a row per query tile, a word per key
+        mask = _mask(t0 * lanes, k0, t1 - t0, s.words_per_row, seq, causal, lanes)
+        if mask is not None:
+            s = s + tile.constant_row(mask)
+        mt = tile.col_max(s, per_row=True)                  # each query's max over the tile's keys
+        m_new = mt if i == 0 else tile.maximum(m, mt)
+        p = tile.exp(s - m_new)
+        lt = tile.col_sum(p, per_row=True)
+        pb = tile.to_b(p, 127.0, by="b")                     # P^T's panels, one per query tile
+        if i:
+            alpha = tile.exp(m - m_new)
+            l = l * alpha + lt
+        else:
+            l, o = lt, {}
+        for c0, c1 in chunks:                                # O^T: a row per query tile
+            pv = tile.dequant(tile.matmul(v, pb[c0:c1], by="b"), spv)
+            o[c0] = pv if i == 0 else o[c0] * alpha[c0:c1] + pv
+        m = m_new
+        if last:
+            r = tile.recip(l)
+            for c0, c1 in chunks:
+                out = o[c0] * r[c0:c1]
+                for t in range(c1 - c0):
+                    tile.store(ot[:, t0 + c0 + t:t0 + c0 + t + 1], out[t].reshape(out.words_per_row, 1))
 
 
-def _mask(q0: int, k0: int, keys: int, seq: int, causal: bool, lanes: int) -> np.ndarray | None:
-    """-Inf words where a key is past the sequence or (causal) after the query: (keys, LANES) bits."""
-    kk = k0 + np.arange(keys)[:, None]
-    qq = q0 + np.arange(lanes)[None, :]
+def _mask(q0: int, k0: int, tiles: int, keys: int, seq: int, causal: bool, lanes: int) -> np.ndarray | None:
+    """-Inf words where a key is past the sequence or (causal) after the query: for each of
+    ``tiles`` query tiles from query ``q0``, ``keys`` words of LANES bits, as one row."""
+    kk = k0 + np.arange(keys)[None, :, None]
+    qq = q0 + np.arange(tiles)[:, None, None] * lanes + np.arange(lanes)[None, None, :]
     masked = (kk >= seq) | (causal & (kk > qq))
-    return np.where(masked, np.uint32(0xFF800000), np.uint32(0)) if masked.any() else None
+    if not masked.any():
+        return None
+    return np.where(masked, np.uint32(0xFF800000), np.uint32(0)).reshape(tiles * keys, lanes)
 
 
 # ---- declaration ---------------------------------------------------------------------------------
@@ -107,13 +117,16 @@ def _reference(ins, p):
     return {"ot": attention_reference(*ins["fp32"], p["causal"]).T}
 
 
-_SHAPES = ((8, 16), (8, 12), (4, 16), (4, 12), (8, 8), (4, 8), (2, 8), (1, 8), (1, 4))  # (query tiles a block, keys a tile)
+_SHAPES = ((8, 32), (8, 16), (8, 12), (4, 16), (4, 12), (8, 8), (4, 8), (2, 8), (1, 8), (1, 4))  # (query tiles a block, keys a tile)
 
 
 def _args(p, t):
-    """The largest blocks (fewest K and V loads) and then key tiles that fit the SRAMs, unless given."""
+    """The largest blocks (fewest K and V loads) and then key tiles that fit the SRAMs, unless
+    given, each with its loads double-buffered (stages 2) if that fits, else with each buffer
+    refilled as soon as its last reader is done (stages 1: the next tile's K loads during this
+    one's softmax and O^T update, its V during the next S^T)."""
     from kernels.tile.ir import TileError
-    from kernels.tile.runtime import build
+    from kernels.tile.runtime import fits
 
     cfg = t.config
     base = {"causal": p["causal"], "lanes": cfg.lanes, "rows": cfg.rows}
@@ -126,14 +139,21 @@ def _args(p, t):
     if p["causal"] and any(tk != nq * cfg.lanes for nq, tk in given):
         raise TileError(f"causal flash attention takes key tiles of one query block (tk = nq x {cfg.lanes}), "
                         f"not nq={p['nq']}, tk={p['tk']}: a block's first tile must reach below every query")
+    errors = []
     for nq, tk in given:
-        try:
-            build("fit", flash_attention, cfg, _tensors(p), {**base, "nq": nq, "tk": tk}, dram_bytes=1 << 32,
-                  bus_bytes=4, constraints=t.constraints)
-            return {**base, "nq": nq, "tk": tk}
-        except TileError:
-            continue
-    raise TileError(f"no query block and key tile of flash attention {p['seq']}x{p['dim']} fit this chip's SRAMs")
+        dp = -(-p["dim"] // cfg.rows) * cfg.rows
+        oc = max(1, min(nq, nq * tk // dp))  # O^T's product in at most S^T's words
+        for stages in ((p["stages"],) if p["stages"] else (2, 1)):
+            args = {**base, "nq": nq, "tk": tk, "oc": oc, "stages": stages}
+            try:
+                fits(flash_attention, cfg, _tensors(p), args, t.constraints)
+                return args
+            except TileError as e:
+                errors.append(e)
+    if len(given) == 1 and p["stages"]:
+        raise errors[-1]
+    raise TileError(f"no query block and key tile of flash attention {p['seq']}x{p['dim']} fit this chip's SRAMs"
+                    f" (the last tried: {errors[-1]})")
 
 
 SPECS = [KernelSpec(
@@ -143,7 +163,9 @@ SPECS = [KernelSpec(
             Param("dim", int, 16, "head dimension", 1, 256, shape=True),
             Param("causal", bool, False, "mask keys after each query"),
             Param("nq", int, 0, "query tiles (of LANES queries) a block (0: the most that fit)", 0, 64),
-            Param("tk", int, 0, "keys a tile, a multiple of ROWS (0: the most that fit)", 0, 1024)),
+            Param("tk", int, 0, "keys a tile, a multiple of ROWS (0: the most that fit)", 0, 1024),
+            Param("stages", int, 0, "load buffers per operand (2: double-buffered; 1: refilled once read; "
+                  "0: 2 if it fits)", 0, 2)),
     tensors=_tensors, inputs=_inputs, golden=_golden, reference=_reference, kernel_args=_args,
     macs=lambda p: 2 * p["seq"] * p["seq"] * p["dim"] // (2 if p["causal"] else 1),
     shape_from={"seq": ("k", 0), "dim": ("k", 1)}, units=("ENGINE", "SRAM", "CMDPROC", "DMA", "VECTOR"),
