@@ -13,14 +13,20 @@ import numpy as np
 from .int_gemm import gemm_int8
 from .vector import requant, requant_params
 
-__all__ = ["gemm_epilogue", "gemm_epilogue_reference", "calibrate_scales"]
+__all__ = ["gemm_epilogue", "gemm_epilogue_words", "gemm_epilogue_reference", "calibrate_scales"]
 
 
 def gemm_epilogue(a: np.ndarray, b: np.ndarray, bias: np.ndarray, scale: np.ndarray, relu: bool = False) -> np.ndarray:
     """int8 (M, N): the chip's result, bit for bit."""
+    return gemm_epilogue_words(a, b, bias, requant_params(np.asarray(scale, np.float64), relu)).astype(np.int8)
+
+
+def gemm_epilogue_words(a: np.ndarray, b: np.ndarray, bias: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """int32 (M, N) holding the int8 results (as the store moves them), from the REQUANT
+    parameter words themselves (``params``: uint32 (N,), golden.vector.requant_params)."""
     acc = gemm_int8(a, b)
     summed = (acc.astype(np.int64) + np.asarray(bias, np.int64)[None, :]).astype(np.uint32).view(np.int32)  # wrap32
-    return requant(summed, requant_params(np.asarray(scale, np.float64), relu)[None, :]).astype(np.int8)
+    return requant(summed, np.asarray(params, np.uint32)[None, :]).astype(np.int32)
 
 
 def gemm_epilogue_reference(a: np.ndarray, b: np.ndarray, bias: np.ndarray, scale: np.ndarray,

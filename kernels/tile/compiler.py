@@ -124,7 +124,7 @@ def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, d
     from . import errata
 
     ops = _fuse_expsub(errata.rewrite(ops, constraints, config))
-    order = _hoist_stores(_interleave_tails(_schedule(ops), config, bytes_per_cycle))
+    order = _hoist_stores(_hoist_past_matmuls(_interleave_tails(_schedule(ops), config, bytes_per_cycle)))
     for i, op in enumerate(order):
         op.index = i
     _coalesce(order)
@@ -331,6 +331,46 @@ def _word_bytes(op: Op, config) -> int:
     return {"A": config.rows, "B": config.cols}.get(region, 4 * config.lanes)
 
 
+_PASSABLE = ("matmul", "store", "load")
+
+
+def _hoist_past_matmuls(order: list[Op]) -> list[Op]:
+    """A vector or reduction op moves up past the MATMULs it does not depend on, to just after the
+    last op it must follow: a GEMM's epilogue of one tile row then runs as soon as that row's
+    MATMULs are done, between the next rows', and the row's store leaves that much sooner (as the
+    hand-written epilogue did), instead of every row's epilogue waiting for the whole group. Only
+    MATMULs and stores are passed (stores move again in _hoist_stores); an op keeps its order with
+    every other op. Keys are tuples: a moved op sorts right after the key of what it follows."""
+    writes: dict[int, list[tuple[int, int, int]]] = {}  # id(storage) -> (position, lo, hi) of writers
+    reads: dict[int, list[tuple[int, int, int]]] = {}
+    keys: list[tuple] = []
+    barrier = -1  # the last op that nothing moves past
+    matmuls = [0]  # matmuls[n]: MATMULs before position n
+    for op in order:
+        matmuls.append(matmuls[-1] + (op.kind == "matmul"))
+    for n, op in enumerate(order):
+        if op.kind in ("vec", "reduce") and op.queue == Queue.EXEC and barrier >= 0:
+            after = keys[barrier]
+            for b, lists in [(b, (writes,)) for b in op.reads] + [(b, (writes, reads)) for b in op.writes]:
+                lo, hi = b.offset, b.offset + b.span
+                for d in lists:
+                    for i, x, y in d.get(id(b.storage), ()):
+                        if x < hi and lo < y and keys[i] > after:
+                            after = keys[i]
+            # only past MATMULs: an op that would pass loads alone stays (it would delay them)
+            key = after + (n,) if len(after) > 1 or matmuls[n] > matmuls[after[0] + 1] else (n,)
+        else:
+            key = (n,)
+        if op.kind not in _PASSABLE:
+            barrier = n
+        keys.append(key)
+        for b in op.reads:
+            reads.setdefault(id(b.storage), []).append((n, b.offset, b.offset + b.span))
+        for b in op.writes:
+            writes.setdefault(id(b.storage), []).append((n, b.offset, b.offset + b.span))
+    return [order[n] for n in sorted(range(len(order)), key=lambda n: keys[n])]
+
+
 def _hoist_stores(order: list[Op]) -> list[Op]:
     """Each store moves up to just after the last op it must follow (the last writer of the words it
     reads, the last op touching the DRAM it writes), keeping the stores' own order: the command
@@ -384,17 +424,15 @@ def _last_uses(order: list[Op]) -> dict[int, int]:
 
 
 def _coalesce(order: list[Op]) -> None:
-    """A VEC whose first operand's storage is dead after it writes its result over it (an alias),
-    when the shapes agree; an in-place VEC (mask_tail) is refused if the storage is read later.
+    """A VEC writes its result over its first operand when those words are dead after it: the
+    whole storage (an alias, any shape of as many words), or a view of part of it (a GEMM
+    result's tile row, whose bias add and requantization then need no words of their own),
+    when the shapes agree. An in-place VEC (mask_tail) is refused if the storage is read later.
     "Dead" counts every view of the storage, also those the kernel makes after this op."""
-    last = _last_uses(order)
-    root_last: dict[int, int] = {}  # id(root Storage) -> the last use of any of its buffers
-    for op in order:
-        for b in op.reads + op.writes:
-            st = id(b.storage)
-            root_last[st] = max(root_last.get(st, -1), last[id(b)])
+    uses, views = _storage_uses(order)
     # for an in-place op: the last use of the buffers seen before it (the values it overwrites;
     # its result is a buffer of the same storage, read later by design)
+    last = _last_uses(order)
     before: dict[int, int] = {}
     for op in order:
         if op.kind == "vec" and op.reads and op.args.get("in_place"):
@@ -408,13 +446,48 @@ def _coalesce(order: list[Op]) -> None:
         if op.kind != "vec" or not op.reads or op.args.get("in_place"):
             continue
         a, out = op.reads[0], op.writes[0]
-        st_last = root_last[id(a.storage)]
-        if (st_last == op.index and a.storage.region == out.storage.region and a.words == out.words
-              and a.offset == 0 and a.span == a.storage.words and out.own is not a.own
-              and out.storage is not a.storage):
-            merged = max(root_last[id(a.storage)], root_last[id(out.storage)])
-            out.storage.alias = a.storage
-            root_last[id(a.storage)] = merged
+        st, ost = a.storage, out.storage
+        if (ost is st or st.region != ost.region or out.offset != 0 or out.span != ost.words
+                or min(i for i, _, _ in uses[id(ost)]) < op.index):
+            continue
+        lo, hi = a.offset, a.offset + a.span
+        if any(i > op.index and x < hi and lo < y for i, x, y in uses[id(st)]):
+            continue  # the operand's words are read or written later
+        if a.offset == 0 and a.span == st.words and a.words == out.words:
+            ost.alias = st  # the whole storage
+            uses[id(st)] += uses.pop(id(ost))
+            views[id(st)] += views.pop(id(ost))
+        elif ((a.rows, a.wpr) == (out.rows, out.wpr) and a.row_stride == a.wpr
+              and not any(b.storage is st and b.offset < hi and lo < b.offset + b.span for b in op.reads[1:])):
+            _rebase(ost, a, uses, views)
+
+
+def _storage_uses(order: list[Op]) -> tuple[dict[int, list[tuple[int, int, int]]], dict[int, list[Buffer]]]:
+    """Per root storage: every access (op index, first word, past the last) and every buffer on it
+    (also the views an op keeps in its args, which lowering reads)."""
+    uses: dict[int, list[tuple[int, int, int]]] = {}
+    views: dict[int, list[Buffer]] = {}
+    seen: set[int] = set()
+    for op in order:
+        bufs = op.reads + op.writes + [v for v in op.args.values() if isinstance(v, Buffer)]
+        for b in bufs:
+            st = id(b.storage)
+            if b in op.reads or b in op.writes:
+                uses.setdefault(st, []).append((op.index, b.offset, b.offset + b.span))
+            if id(b) not in seen:
+                seen.add(id(b))
+                views.setdefault(st, []).append(b)
+                uses.setdefault(st, [])
+    return uses, views
+
+
+def _rebase(ost: Storage, a: Buffer, uses: dict, views: dict) -> None:
+    """Every buffer of ``ost`` (a fresh result as large as ``a``) moved onto ``a``'s words."""
+    st = a.storage
+    for b in views.pop(id(ost)):
+        b.own, b.offset = st, b.offset + a.offset
+        views[id(st)].append(b)
+    uses[id(st)] += [(i, x + a.offset, y + a.offset) for i, x, y in uses.pop(id(ost))]
 
 
 # ---- 3. place -------------------------------------------------------------------------------

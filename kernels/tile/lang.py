@@ -27,7 +27,7 @@ from .ir import Buffer, Loop, Op, Queue, Storage, TensorDecl, TileError
 
 __all__ = ["Tile", "TensorRef", "TensorView", "Trace", "pipeline", "load", "store", "exp", "recip", "rsqrt",
            "relu", "maximum", "minimum", "row_sum", "row_max", "scalar", "constant_row", "mask_tail", "matmul",
-           "dequant", "col_max", "col_sum", "to_b", "current"]
+           "dequant", "requant", "col_max", "col_sum", "to_b", "current"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(os.path.dirname(_HERE))  # the project: kernel lines are named from here
@@ -207,8 +207,20 @@ class Tile:
 
     def __getitem__(self, row) -> "Tile":
         """Row ``row`` of the tile, or rows ``a:b`` (a view of the same words: a tile row of a GEMM's
-        result, or some of a B tile's panels for a MATMUL of part of it)."""
+        result, or some of a B tile's panels for a MATMUL of part of it); ``t[r, w0:w1]``: words
+        ``w0:w1`` of row ``r`` (the bias words of some tile columns, say)."""
         b = self.buf
+        if isinstance(row, tuple):
+            if len(row) != 2 or not isinstance(row[1], slice):
+                raise TileError(f"{_caller_line()}: a tile takes t[row], t[r0:r1] or t[row, w0:w1], not t[{row!r}]")
+            r = self[row[0]].buf
+            if r.rows != 1:
+                raise TileError(f"{_caller_line()}: t[row, w0:w1] takes one row, not {row[0]!r}")
+            w0, w1, step = row[1].indices(b.wpr)
+            if step != 1 or w1 <= w0:
+                raise TileError(f"{_caller_line()}: {b.storage.name} has words 0..{b.wpr - 1} per row; a slice of "
+                                f"them is a:b with a < b and no step, not {row[1].start}:{row[1].stop}")
+            return Tile(Buffer(r.own, 1, w1 - w0, r.dtype, r.scalar, r.offset + w0))
         if isinstance(row, slice):
             r0, r1, step = row.indices(b.rows)
             if step != 1 or r1 <= r0:
@@ -220,10 +232,10 @@ class Tile:
         return Tile(Buffer(b.own, 1, b.wpr, b.dtype, b.scalar, b.offset + int(row) * b.row_stride))
 
     def __add__(self, other):
-        return _binary("fadd", self, other)
+        return _binary("iadd" if self.buf.dtype == "int32" else "fadd", self, other)
 
     def __radd__(self, other):
-        return _binary("fadd", self, other)
+        return _binary("iadd" if self.buf.dtype == "int32" else "fadd", self, other)
 
     def __sub__(self, other):
         return _binary("fsub", self, other)
@@ -401,6 +413,7 @@ def _binary(op: str, x, y) -> Tile:
         raise TileError(f"{line}: {op} takes tiles (or a number for the second operand), not "
                         f"{type(x).__name__} and {type(y).__name__}")
     a, b = x.buf, y.buf
+    tiles = tr.config.rows if tr.config is not None else None  # words of one C tile
     if b.scalar and b.rows == 1:
         cmds = [(op, 0, 0, "scalar", a.words, 0)]  # one value for every lane of every word
     elif (a.rows, a.wpr, a.scalar) == (b.rows, b.wpr, b.scalar):
@@ -415,6 +428,11 @@ def _binary(op: str, x, y) -> Tile:
         cmds = [(op, r * a.wpr, r, "scalar", a.wpr, r * a.wpr) for r in range(a.rows)]  # a row's scalar
     elif not b.scalar and b.rows == 1 and b.wpr == a.wpr and not a.scalar:
         cmds = [(op, r * a.wpr, 0, "vector", a.wpr, r * a.wpr) for r in range(a.rows)]  # one row for every row
+    elif (not a.scalar and not b.scalar and b.rows == 1 and tiles and a.wpr == b.wpr * tiles
+          and a.dtype == "int32"):
+        # a GEMM result's rows, one word of b per C tile (lane j: column j's bias or parameters)
+        cmds = [(op, r * a.row_stride + q * tiles, q, "lane", tiles, r * a.wpr + q * tiles)
+                for r in range(a.rows) for q in range(b.wpr)]
     elif a.scalar and not b.scalar and a.rows == 1 and op in ("fadd", "fmul", "fmax", "fmin"):
         return _binary(op, y, x)
     else:
@@ -422,12 +440,28 @@ def _binary(op: str, x, y) -> Tile:
                         f"must have the first's shape, be one scalar, one scalar per row or one row of words")
     if op == "deq" and a.dtype != "int32":
         raise TileError(f"{line}: dequant takes an int32 tile (a MATMUL's result), not {a.dtype}")
-    if op != "deq" and a.dtype != "fp32":
+    if op in _INT_OPS and (a.dtype, b.dtype) != ("int32", "int32"):
+        raise TileError(f"{line}: {_INT_OPS[op]} takes int32 tiles, not {a.storage.name} ({a.dtype}) and "
+                        f"{b.storage.name} ({b.dtype})")
+    if op != "deq" and op not in _INT_OPS and a.dtype != "fp32":
         raise TileError(f"{line}: {op} works on fp32 tiles; {a.storage.name} is {a.dtype} (tile.dequant converts "
-                        f"int32 results)")
-    out = tr.new_buffer(op, a.rows, a.wpr, "fp32", a.scalar, line)
+                        f"int32 results; int32 + int32 adds with wrap-around)")
+    out = tr.new_buffer(op, a.rows, a.wpr, "int32" if op in _INT_OPS else "fp32", a.scalar, line)
     tr.emit(Op("vec", Queue.EXEC, line, {"op": op, "cmds": cmds}, reads=[a, b], writes=[out]))
     return Tile(out)
+
+
+# int32 operations: the sum of two int32 tiles (wrapping), requantization (int32 -> int8)
+_INT_OPS = {"iadd": "int32 + (IADD)", "requant": "requant"}
+
+
+def requant(t: Tile, params: Tile) -> Tile:
+    """int8 of an int32 tile, ``clamp(round_half_away(t * mult / 2**shift), lo, 127)`` with each
+    lane's fixed-point multiplier, shift and ReLU flag from ``params`` (int32 words of
+    golden.vector.requant_params: one word per C tile, lane j for column j; one word for every
+    word; or the tile's shape): VEC REQUANT. The result holds the int8 values sign-extended in
+    int32 lanes, as the store moves them."""
+    return _binary("requant", t, params)
 
 
 def dequant(t: Tile, scale) -> Tile:

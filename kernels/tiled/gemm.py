@@ -1,21 +1,30 @@
-"""int8 GEMM, C (int32) = A (M x K) @ B (K x N): groups of ga x gb output tiles, K in chunks of
-kc steps, the next chunk's operands loaded while this one multiplies; a tile row is stored as
-soon as its last chunk is done. golden.gemm_int8 is the reference (int32 sums that wrap)."""
+"""int8 GEMM, C = A (M x K) @ B (K x N): groups of ga x gb output tiles, K in chunks of kc steps,
+the next chunk's operands loaded while this one multiplies; a tile row is stored as soon as its
+last chunk is done. With an epilogue, the row first gets its bias added (int32, wrapping) and is
+requantized to int8 by each column's parameters (scale, ReLU), in place, before its store.
+golden.gemm_int8 and golden.epilogue are the references."""
 
 from __future__ import annotations
 
 from kernels import tile
 
 
-def gemm(a, b, c, *, ga: int, gb: int, kc: int):
+def gemm(a, b, *rest, ga: int, gb: int, kc: int):
+    *epilogue, c = rest  # (bias, qparams): one int32 word per C tile column, lane j for column j
+    bias, qparams = [tile.load(t[0]) for t in epilogue] or (None, None)
     K = a.steps
     steps = [(i, j, k) for i in range(0, a.panels, ga) for j in range(0, b.panels, gb) for k in range(0, K, kc)]
     acc = None
     for i, j, k in tile.pipeline(steps, stages=2):
-        acc = tile.matmul(tile.load(a[i:i + ga, k:k + kc]), tile.load(b[j:j + gb, k:k + kc]), acc if k else None)
-        if k + kc >= K:
-            for p in range(acc.rows):
-                tile.store(c[i + p, j:j + gb], acc[p])
+        bt = tile.load(b[j:j + gb, k:k + kc])
+        acc = tile.matmul(tile.load(a[i:i + ga, k:k + kc]), bt, acc if k else None)
+        if k + kc < K:
+            continue
+        for p in range(acc.rows):  # the chain is done: each tile row, requantized if asked, stored
+            row = acc[p]
+            if bias is not None:
+                row = tile.requant(row + bias[0, j:j + bt.rows], qparams[0, j:j + bt.rows])
+            tile.store(c[i + p, j:j + gb], row)
 
 
 # ---- declaration ---------------------------------------------------------------------------------
@@ -27,21 +36,54 @@ from kernels.tile.runtime import TensorSpec  # noqa: E402
 from kernels.tile.spec import KernelSpec, Param  # noqa: E402
 
 
+EPILOGUES = ("none", "requant", "relu")
+
+
 def _tensors(p):
     m, n, k = p["m"], p["n"], p["k"]
+    epi = [] if p["epilogue"] == "none" else [TensorSpec("bias", 1, n, "int32"), TensorSpec("qparams", 1, n, "int32")]
     return [TensorSpec("a", m, k, "int8", layout="a_panels"), TensorSpec("b", k, n, "int8", layout="b_panels"),
-            TensorSpec("c", m, n, "int32", role="out", layout="c_tiles")]
+            *epi, TensorSpec("c", m, n, "int32", role="out", layout="c_tiles")]
 
 
 def _inputs(p, seed, extremes):
     """Uniform int8 operands; ``extremes``: only -128, 127, -1, 0 and 1 (sums that wrap int32 at
-    large K)."""
+    large K). An epilogue adds a seeded int32 bias in [-2**16, 2**16) and per-column scales
+    calibrated on the data (golden.epilogue.calibrate_scales), as REQUANT parameter words."""
     rng = np.random.default_rng(seed)
     if extremes:
         pick = np.array([-128, 127, -1, 0, 1], np.int8)
-        return {"a": rng.choice(pick, (p["m"], p["k"])), "b": rng.choice(pick, (p["k"], p["n"]))}
-    return {"a": rng.integers(-128, 128, (p["m"], p["k"]), dtype=np.int8),
-            "b": rng.integers(-128, 128, (p["k"], p["n"]), dtype=np.int8)}
+        out = {"a": rng.choice(pick, (p["m"], p["k"])), "b": rng.choice(pick, (p["k"], p["n"]))}
+    else:
+        out = {"a": rng.integers(-128, 128, (p["m"], p["k"]), dtype=np.int8),
+               "b": rng.integers(-128, 128, (p["k"], p["n"]), dtype=np.int8)}
+    if p["epilogue"] != "none":
+        from golden.epilogue import calibrate_scales
+        from golden.vector import requant_params
+
+        bias = rng.integers(-(2**16), 2**16, p["n"]).astype(np.int32)
+        scale = calibrate_scales(out["a"], out["b"], bias)
+        out["bias"] = bias[None, :]
+        out["qparams"] = requant_params(scale, p["epilogue"] == "relu").astype(np.uint32).view(np.int32)[None, :]
+    return out
+
+
+def _golden(i, p, lanes):
+    if p["epilogue"] == "none":
+        return {"c": golden.gemm_int8(i["a"], i["b"])}
+    from golden.epilogue import gemm_epilogue_words
+
+    return {"c": gemm_epilogue_words(i["a"], i["b"], i["bias"][0], i["qparams"][0].view(np.uint32))}
+
+
+def _reference(i, p):
+    """float64 (a @ b + bias) * scale (ReLU'd), the scale read back from the parameter words."""
+    if p["epilogue"] == "none":
+        return {"c": i["a"].astype(np.float64) @ i["b"].astype(np.float64)}
+    q = i["qparams"][0].view(np.uint32).astype(np.int64)
+    scale = (q & 0xFFFFFF) * 2.0 ** -((q >> 24) & 63)
+    y = (i["a"].astype(np.float64) @ i["b"].astype(np.float64) + i["bias"][0]) * scale
+    return {"c": np.maximum(y, 0.0) if p["epilogue"] == "relu" else y}
 
 
 def _args(p, t):
@@ -59,7 +101,12 @@ def _args(p, t):
     reserved = (cons.b_reserved_top_words if cons is not None else 0) + spacer
     bw = t.board.bytes_per_cycle
     best, best_key = None, None
-    for acc_words in (None, cfg.acc_depth // 2):
+    # an epilogue keeps its bias and parameter words (one of each per C tile column) in the
+    # accumulator SRAM for the whole run: the groups get the rest
+    room = cfg.acc_depth - (2 * -(-p["n"] // cfg.cols) if p["epilogue"] != "none" else 0)
+    for acc_words in ((None, room // 2) if room == cfg.acc_depth else (room, room // 2, room // 4)):
+        if acc_words is not None and acc_words < cfg.rows:
+            continue
         for k_chunk in ((p["kc"],) if p["kc"] else (None, -(-p["k"] // 4))):
             try:
                 plan = plan_gemm(cfg, p["m"], p["n"], p["k"], operand_words=cfg.operand_depth // 2,
@@ -77,8 +124,12 @@ def _args(p, t):
                 best, best_key = plan, key
     if best is None:
         raise ValueError(f"no tile groups fit a {p['m']}x{p['n']}x{p['k']} GEMM on this chip")
-    ga, gb = p["ga"] or best.ga, p["gb"] or best.gb
-    if (ga, gb) == (best.ga, best.gb):
+    # as many groups, of balanced sizes: a thin edge group (16 x 15 then 16 x 1 tiles) starves
+    # the engine while its operands arrive (64^3 with an epilogue: 36,678 cycles; 16 x 8: 31,662)
+    tm, tn = -(-p["m"] // cfg.rows), -(-p["n"] // cfg.cols)
+    bga, bgb = -(-tm // -(-tm // best.ga)), -(-tn // -(-tn // best.gb))
+    ga, gb = p["ga"] or bga, p["gb"] or bgb
+    if (ga, gb) == (bga, bgb):
         return {"ga": ga, "gb": gb, "kc": best.kc}
     # groups given: the longest chunk (at most kc) their buffers hold, no trailing one-step chunk
     kc = min(p["k"], p["kc"] or p["k"], (cfg.operand_depth - spacer) // 2 // ga - extra,
@@ -96,10 +147,13 @@ SPECS = [KernelSpec(
             Param("k", int, 64, "the inner dimension", 1, 65535, shape=True),
             Param("ga", int, 0, "tile rows per group (0: the planner's)", 0, 4096),
             Param("gb", int, 0, "tiles per group row (0: the planner's)", 0, 4096),
-            Param("kc", int, 0, "at most this many K steps per chunk (0: the planner's choice)", 0, 65535)),
-    tensors=_tensors, inputs=_inputs, golden=lambda i, p, lanes: {"c": golden.gemm_int8(i["a"], i["b"])},
+            Param("kc", int, 0, "at most this many K steps per chunk (0: the planner's choice)", 0, 65535),
+            Param("epilogue", str, "none", "on the vector unit before each store: 'requant' adds an int32 bias "
+                  "per column and requantizes to int8 by per-column scales; 'relu' the same, clamped at 0",
+                  choices=EPILOGUES)),
+    tensors=_tensors, inputs=_inputs, golden=_golden, reference=_reference,
     kernel_args=_args, macs=lambda p: p["m"] * p["n"] * p["k"],
     shape_from={"m": ("a", 0), "k": ("a", 1), "n": ("b", 1)}, needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA"), aten="aten::mm",
     bench=({"m": 256, "n": 256, "k": 256}, {"m": 4, "n": 512, "k": 512}),
     bringup=({"m": 37, "n": 19, "k": 100},),
-    examples=("--m 64 --n 64 --k 64", "--m 37 --n 19 --k 100 --rev A0"))]
+    examples=("--m 64 --n 64 --k 64", "--m 37 --n 19 --k 100 --rev A0", "--m 256 --n 256 --k 256 --epilogue requant"))]
