@@ -135,8 +135,8 @@ def _add_tile_kernels(run_sub) -> None:
             if prm.kind is bool:
                 sp.add_argument(flag, dest=f"tk_{prm.name}", action="store_true", help=prm.describe())
             else:
-                sp.add_argument(flag, dest=f"tk_{prm.name}", type=prm.kind, required=prm.shape,
-                                default=None if prm.shape else prm.default, metavar=prm.name.upper(),
+                sp.add_argument(flag, dest=f"tk_{prm.name}", type=prm.kind, default=prm.default, metavar=prm.name.upper(),
+                                choices=prm.choices or None,
                                 help=prm.describe())
         sp.add_argument("--dump", action="store_true", help="print the lowered command stream and exit")
         sp.set_defaults(tile_spec=spec.name)
@@ -356,7 +356,7 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
         t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
     t.add_row(*cells("cycles", f"{st['cycles']:,}"))
     t.add_row(*cells("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
-                     if args.kernel in ("gemm", "attention") else
+                     if args.kernel in ("gemm", "attention") or st.get("useful_macs") else
                      f"{st['ideal_cycles']:,}  (one accumulator word per cycle)" if args.kernel == "reduce" else
                      f"{st['ideal_cycles']:,}  (one word per cycle through the vector unit; the vector roof below "
                      "counts every pass the algorithm makes)"))
@@ -364,7 +364,7 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
     board = st["dram"]
     t.add_row(*cells("DRAM", f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, "
                      f"{board['bus_bytes']}-byte bus (ridge point {st['ridge_point']:g} MACs/byte)"
-                     if args.kernel in ("gemm", "attention") else
+                     if args.kernel in ("gemm", "attention") or st.get("useful_macs") else
                      f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, {board['bus_bytes']}-byte bus"))
     t.add_row(*cells("DRAM bytes", f"{st['dram_bytes']:,} moved, {st['compulsory_bytes']:,} compulsory"))
     t.add_row(*cells("roofline", f"{st['bound']}-bound: attainable {st['attainable_cycles']:,} cycles, "
