@@ -45,7 +45,7 @@ from rtl.isa import DmaQueue, Format, VecB, VecDst, VecOp, dma_load, dma_store, 
 from rtl.memories import Region
 from workarounds import Mitigations, Unit
 
-from .acc_pass import units_busy_cycles
+from .roofline import units_busy_cycles
 from .dma_stream import ATTN_SEM as SEM
 from .dma_stream import Ledger
 from .stats import KernelStats, Measure

@@ -22,8 +22,9 @@ import math
 
 from rtl.board import BoardConfig
 from rtl.config import ChipConfig
+from rtl.isa import Opcode, decode
 
-__all__ = ["ideal_cycles", "utilization", "drain_cycles", "memory_cycles", "roofline_terms"]
+__all__ = ["ideal_cycles", "utilization", "drain_cycles", "memory_cycles", "roofline_terms", "units_busy_cycles"]
 
 
 def ideal_cycles(config: ChipConfig, macs: int) -> int:
@@ -104,3 +105,17 @@ def explain(st: dict) -> str:
     if waits.get("stream"):
         why.append(f"the command stream waited {waits['stream']:,} cycles on semaphores")
     return head + ("; " + "; ".join(why) if why else "")
+
+
+def units_busy_cycles(cfg, cmds: list[int]) -> int:
+    """The reduction and vector units' busy cycles for ``cmds`` if nothing waited: a REDUCE of
+    ``count`` words ``cfg.reduce_busy_cycles(count)``, a VEC ``count + 2`` (rtl/vector.py). The
+    vector roof of a kernel (the two units run one at a time; kernels/roofline.py)."""
+    total = 0
+    for c in cmds:
+        d = decode(c)
+        if d["opcode"] == Opcode.REDUCE:
+            total += cfg.reduce_busy_cycles(d["length"])
+        elif d["opcode"] == Opcode.VEC:
+            total += d["length"] + 2
+    return total

@@ -1,17 +1,7 @@
-"""Elementwise fp32 operations on the vector unit: ``elementwise(dev, op, a, b)`` -> fp32 array.
-
-The matrix goes to DRAM (host memory) in the layout its broadcast needs, into the accumulator
-SRAM by DMA, through VEC commands in place, and back by DMA (docs/kernels.md, "Elementwise"):
-
-* ``broadcast="none"`` (``b`` has ``a``'s shape) and ``"row"`` (``b`` has one value per row):
-  row-major words, a row of C values in ``ceil(C / LANES)`` words; one VEC over the whole
-  chunk, or one VEC per row with the row's scalar (``VecB.SCALAR``);
-* ``broadcast="col"`` (``b`` has one value per column, a bias): word-column-major, the R words
-  of one word column consecutive; one VEC per word column with that column's word of ``b``
-  (``VecB.LANE``).
-
-Rows are padded to whole words with zeros (their results are dropped). A matrix larger than the
-accumulator SRAM goes through in chunks of rows, one after the other.
+"""Elementwise fp32 / int32 operations on the vector unit: ``elementwise(dev, op, a, b)``, the
+device entry point of the tile-language kernel kernels/tiled/elementwise.py (the rows in tiles,
+double-buffered by the compiler; ``b`` of ``a``'s shape, one value per row or one per column).
+golden.vector.vector_op is its reference, bit for bit (docs/numerics.md, "The vector unit").
 """
 
 from __future__ import annotations
@@ -21,21 +11,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from golden.vector import UNARY_OPS as UNARY
-from golden.vector import BROADCASTS, INT_INPUT_OPS, INT_RESULT_OPS, VEC_OPS, row_words
-from rtl.isa import MAX_COUNT, VecB, VecOp, vec
-from workarounds import Mitigations, Unit
+from golden.vector import BROADCASTS, INT_INPUT_OPS, VEC_OPS
+from workarounds import Mitigations
 
-from .acc_pass import acc_pass
-from .stats import KernelStats, Measure
+from .stats import KernelStats
+from .tile.spec import call
 from .validate import check_matrix, require_vector
 
 if TYPE_CHECKING:
     from cosim.device import KernelDevice
 
 __all__ = ["elementwise", "BROADCASTS", "UNARY"]
-
-VECTOR_UNITS = (Unit.CMDPROC, Unit.DMA, Unit.VECTOR)  # the units an elementwise kernel's errata can live in
-
 
 def _check(op: str, a, b, broadcast: str) -> tuple[np.ndarray, np.ndarray | None]:
     if op not in VEC_OPS:
@@ -76,66 +62,15 @@ async def elementwise(dev: KernelDevice, op: str, a: np.ndarray, b: np.ndarray |
     fp32, or int32 for iadd and requant.
 
     ``op`` is one of golden.vector.VEC_OPS; ``b`` is ``a``'s shape (``broadcast="none"``), one
-    value per row (``"row"``) or one per column (``"col"``); the unary ops (``i2f``, ``relu``, ``exp``) take no ``b``.
-    The arithmetic is docs/numerics.md's ("The vector unit"); golden.vector.vector_op is its
-    reference.
+    value per row (``"row"``) or one per column (``"col"``); the unary ops (``i2f``, ``relu``,
+    ``exp``, ``recip``, ``rsqrt``) take no ``b``; requant's ``b`` is uint32 parameter words
+    (golden.vector.requant_params).
     """
     a, b = _check(op, a, b, broadcast)
-    cfg = dev.config
-    require_vector(cfg, f"elementwise {op}")
-    lanes, depth = cfg.lanes, cfg.acc_depth
-    rows, cols = a.shape
-    aw = row_words(a, lanes, 0)  # (R, W, LANES)
-    wpr = aw.shape[1]
-    # words of b per chunk of n rows, and the rows a chunk may hold (a words + b words <= depth)
-    b_words = {"none": lambda n: n * wpr, "row": lambda n: n, "col": lambda n: wpr}[broadcast] if b is not None \
-        else (lambda n: 0)
-    per_chunk = 0
-    while per_chunk < rows and (per_chunk + 1) * wpr + b_words(per_chunk + 1) <= depth \
-            and (per_chunk + 1) * wpr <= MAX_COUNT:
-        per_chunk += 1
-    if per_chunk == 0:
-        raise ValueError(f"one row of {cols} values ({wpr} words) and its operand do not fit the accumulator "
-                         f"SRAM ({depth} words)")
-    out = np.zeros_like(aw)
-    code = VecOp[op.upper()]
-    host: dict = {}
-    elems = rows * wpr * lanes
-    b_bytes = 0 if b is None else 4 * b.size
-    async with Measure(dev, "elementwise", rows * wpr, {"shape": [rows, cols], "op": op, "host": host},
-                       compulsory_bytes=4 * a.size * 2 + b_bytes, useful_macs=0, vector_cycles=rows * wpr) as meas:
-        for r0 in range(0, rows, per_chunk):
-            n = min(per_chunk, rows - r0)
-            chunk = aw[r0:r0 + n]  # (n, W, LANES)
-            if broadcast == "col":
-                a_layout = chunk.transpose(1, 0, 2)  # word-column-major: (W, n, LANES)
-            else:
-                a_layout = chunk
-            words_a = np.ascontiguousarray(a_layout).reshape(-1, lanes)
-            if b is None:
-                words_b = np.zeros((0, lanes), np.uint32)
-            elif broadcast == "none":
-                words_b = row_words(b[r0:r0 + n], lanes, 0).reshape(-1, lanes)
-            elif broadcast == "row":
-                words_b = np.zeros((n, lanes), np.uint32)
-                words_b[:, 0] = b[r0:r0 + n].view(np.uint32)
-            else:
-                words_b = row_words(b.reshape(1, -1), lanes, 0).reshape(-1, lanes)
-            na = len(words_a)
-            if b is None:  # a unary op: b is not read
-                vecs = [dict(a=0, b=0, count=na, b_form=VecB.VECTOR)]
-            elif broadcast == "none":
-                vecs = [dict(a=0, b=na, count=na, b_form=VecB.VECTOR)]
-            elif broadcast == "row":
-                vecs = [dict(a=r * wpr, b=na + r, count=wpr, b_form=VecB.SCALAR) for r in range(n)]
-            else:
-                vecs = [dict(a=j * n, b=na + j, count=n, b_form=VecB.LANE) for j in range(wpr)]
-            body = [vec(code, dst=v["a"], **v) for v in vecs]
-            got = (await acc_pass(dev, np.concatenate([words_a, words_b]), body, na, host, budget_cycles)
-                   ).reshape(a_layout.shape)
-            out[r0:r0 + n] = got.transpose(1, 0, 2) if broadcast == "col" else got
-        await dev.check_no_error()
-    meas.stats.add_errata(mitigations.report(VECTOR_UNITS))
-    meas.stats.notes.append(f"{elems} lanes computed ({rows * cols} useful)")
-    result = out.reshape(rows, -1)[:, :cols].copy()
-    return result.view(np.int32 if op in INT_RESULT_OPS else np.float32), meas.stats
+    require_vector(dev.config, f"elementwise {op}")
+    ins = {"a": a}
+    if b is not None:
+        b = b.view(np.int32) if b.dtype == np.uint32 else b  # the kernel's tensor holds the raw words
+        ins["b"] = {"none": b, "row": b.reshape(-1, 1), "col": b.reshape(1, -1)}[broadcast]
+    return await call(dev, "elementwise", ins, op=op, broadcast=broadcast, mitigations=mitigations,
+                      budget_cycles=budget_cycles)

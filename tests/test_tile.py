@@ -167,7 +167,10 @@ CASES = [("tgemm", {"m": 12, "n": 8, "k": 9, "kc": 4}), ("tgemm", {"m": 32, "n":
          ("flash_attention", {"seq": 13, "dim": 8, "nq": 2, "tk": 8}),
          ("softmax", {"rows": 7, "cols": 13}), ("softmax", {"rows": 9, "cols": 100, "tile_rows": 2}),
          ("layernorm", {"rows": 5, "cols": 13}), ("rmsnorm", {"rows": 6, "cols": 16, "tile_rows": 1}),
-         ("gelu", {"rows": 5, "cols": 9}), ("silu", {"rows": 12, "cols": 9, "tile_rows": 3})]
+         ("gelu", {"rows": 5, "cols": 9}), ("silu", {"rows": 12, "cols": 9, "tile_rows": 3}),
+         ("elementwise", {"rows": 9, "cols": 13, "op": "fmul", "broadcast": "row"}),
+         ("elementwise", {"rows": 9, "cols": 13, "op": "iadd", "broadcast": "col", "tile_rows": 2}),
+         ("elementwise", {"rows": 7, "cols": 5, "op": "expsub"})]
 
 
 ERRATA_ON = GemmConstraints(b_reserved_top_words=1, avoid_unit_chunk=True, repeat_first_a_word=True)

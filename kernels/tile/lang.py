@@ -27,7 +27,7 @@ from .ir import Buffer, Loop, Op, Queue, Storage, TensorDecl, TileError
 
 __all__ = ["Tile", "TensorRef", "TensorView", "Trace", "pipeline", "load", "store", "exp", "recip", "rsqrt",
            "relu", "maximum", "minimum", "row_sum", "row_max", "scalar", "constant_row", "mask_tail", "matmul",
-           "dequant", "requant", "col_max", "col_sum", "to_b", "current"]
+           "dequant", "requant", "i2f", "col_max", "col_sum", "to_b", "current"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(os.path.dirname(_HERE))  # the project: kernel lines are named from here
@@ -363,6 +363,9 @@ def _unary(op: str, t: Tile) -> Tile:
         raise TileError(f"{line}: {op} takes a tile, not {type(t).__name__}")
     _need_vector(tr, line, op)
     a = t.buf
+    if (a.dtype == "int32") != (op == "i2f"):
+        raise TileError(f"{line}: {op} takes an {'int32' if op == 'i2f' else 'fp32'} tile; {a.storage.name} is "
+                        f"{a.dtype}" + ("" if op == "i2f" else " (tile.i2f converts int32)"))
     out = tr.new_buffer(op, a.rows, a.wpr, "fp32", a.scalar, line)
     tr.emit(Op("vec", Queue.EXEC, line, {"op": op, "cmds": [(op, 0, None, "vector", a.words, 0)]},
                reads=[a], writes=[out]))
@@ -372,6 +375,11 @@ def _unary(op: str, t: Tile) -> Tile:
 def exp(t: Tile) -> Tile:
     """e**x of every lane (rtl/special.py's algorithm)."""
     return _unary("exp", t)
+
+
+def i2f(t: Tile) -> Tile:
+    """fp32 of every int32 lane, ties to even (VEC I2F)."""
+    return _unary("i2f", t)
 
 
 def recip(t: Tile) -> Tile:

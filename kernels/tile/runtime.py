@@ -15,7 +15,7 @@ import numpy as np
 
 from golden.vector import row_words
 
-from kernels.acc_pass import units_busy_cycles
+from kernels.roofline import units_busy_cycles
 from kernels.layout import a_panel_bytes, b_panel_bytes, tiles_to_matrix
 
 from .compiler import Compiled, compile_trace
