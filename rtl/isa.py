@@ -380,10 +380,10 @@ _LEN_LIM = 1 << _LEN_W
 
 
 def reduce(op: ReduceOp, *, src: int, count: int, dst: int, tag: int = 0, wait: int | None = None,
-           signal: int | None = None) -> int:
+           signal: int | None = None, signal2: int | None = None) -> int:
     """REDUCE: ``count`` accumulator words from ``src`` to one int32 in lane 0 of word ``dst``."""
     return pack_command(Opcode.REDUCE, flags={"reduce": {"op": int(ReduceOp(op))}}, length=count, arg0=src,
-                        arg2=dst, tag=tag, sync=_sync_bits(wait, signal))
+                        arg2=dst, tag=tag, sync=_sync_bits(wait, signal, signal2))
 
 
 def vec(op: VecOp, *, a: int, count: int, dst: int, b: int = 0, b_form: VecB = VecB.VECTOR,

@@ -267,9 +267,9 @@ def test_simulator_choices_come_from_the_toolchain():
                 seen.append(path)
     from kernels.tile.spec import registry
 
-    # run gemm/reduce/attention, a run per tile-language kernel (generated from the registry),
-    # bench, bringup, faults campaign, numerics, errata check/measure, roofline, model, regress
-    assert len(seen) == 12 + len(registry()), seen
+    # run gemm/attention, a run per tile-language kernel (generated from the registry, reduce
+    # among them), bench, bringup, faults campaign, numerics, errata check/measure, roofline, model, regress
+    assert len(seen) == 11 + len(registry()), seen
     assert {("run", name) for name in registry()} <= set(seen), seen
 
 
@@ -408,8 +408,12 @@ def test_run_hands_the_job_function_and_its_policy(fake_jobs, tmp_path, capsys):
     assert "FL-ME-002 is off" in capsys.readouterr().err
     assert cli.main(["run", "reduce", "--rows", "2", "--cols", "5", "--op", "max", "--extremes"]) == cli.EXIT_OK
     fn, kwargs, _ = fake_jobs[-1]
-    assert fn is kernel_jobs.reduce_job
-    assert kwargs == {"rows": 2, "cols": 5, "op": "max", "seed": 1, "extremes": True, "errata_policy": {}, "trace": False}
+    from firstlight.jobs.tile import tile_job
+
+    assert fn is tile_job
+    assert kwargs["params"] == {"rows": 2, "cols": 5, "op": "max", "tile_rows": 0}, kwargs
+    assert {k: kwargs[k] for k in ("seed", "extremes", "errata_policy")} == {"seed": 1, "extremes": True,
+                                                                            "errata_policy": {}}
 
 
 def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):

@@ -173,7 +173,7 @@ def point(panel: str, kernel: str, shape: list[int], record: dict, peak: int) ->
     ``record`` is what the job returned (``passed``, ``stats``); ``peak`` is ROWS * COLS.
     """
     st = record["stats"]
-    useful = st.get("useful_macs")
+    useful = st.get("useful_macs") or None  # a tile-language kernel without MACs records 0
     if useful is None:  # a reduction's stats count its useful operations (elements) in the intensity only
         useful = math.prod(shape[:2]) if kernel == "reduce" else math.prod(shape)
     cycles = st["cycles"]
@@ -182,7 +182,7 @@ def point(panel: str, kernel: str, shape: list[int], record: dict, peak: int) ->
     intensity = useful / moved if moved else math.inf
     # the kernel's own compute roof in its ops per cycle: the engine's peak for a GEMM, one
     # accumulator word per cycle for a reduction (its stats' compute_cycles)
-    compute_roof = peak if kernel == "gemm" else useful / st["compute_cycles"]
+    compute_roof = peak if kernel == "gemm" else useful / (st.get("compute_cycles") or st["ideal_cycles"])
     achieved = useful / cycles if cycles else 0.0
     return {
         "panel": panel, "kernel": kernel, "shape": list(shape),

@@ -46,7 +46,7 @@ __all__ = ["add_parser", "cmd"]
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options ``run gemm`` and ``run reduce`` share."""
+    """The options ``run gemm``, ``run attention`` and the tile-language kernels share."""
     add_sim_option(p, help=f"simulator to run on (default: {DEFAULT_SIM})")
     add_array_option(p, help="systolic array size, e.g. 4x4 (default) or 8x8")
     add_seed_option(p, help="seed for the random operands (default: 1)")
@@ -91,12 +91,6 @@ def add_parser(subparsers) -> None:
                         "the same and clamps at 0. Checked bit for bit against golden.epilogue, SQNR against "
                         "float64 (default: none, the int32 result)")
     _add_run_options(g)
-    r = run_sub.add_parser("reduce", help="int32 row reduction (sum wraps modulo 2**32)", epilog=EPILOG,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("--rows", type=positive, required=True, help="rows (each reduced to one value)")
-    r.add_argument("--cols", type=positive, required=True, help="int32 values per row")
-    r.add_argument("--op", choices=["sum", "max", "min"], required=True, help="the reduction: sum, max or min")
-    _add_run_options(r)
     _add_tile_kernels(run_sub)
     from golden.attention_recipes import ATTENTION_RECIPES
 
@@ -158,7 +152,7 @@ def _tile_kernel(args, variant):
     # compiled with the revision's errata passes, as the run will be: what they cost in SRAM is
     # refused here, and --dump shows the stream the chip gets (before the stream passes)
     res = resolve(args.rev, parse_policy(args.errata_policy) if args.errata_policy else None, warn=False)
-    constraints = constraints_for([e for e in ERRATA if e.id in res.active])["gemm"]
+    constraints = constraints_for([e for e in ERRATA if e.id in res.active])  # by family
     try:
         p = spec.resolve(given)
         compiled = spec.compile(p, variant.config, variant.resolved_board, constraints)
@@ -291,8 +285,7 @@ def cmd(args) -> int:
             console.print(plain(compiled.dump()), soft_wrap=True, highlight=False)
             return EXIT_OK
     else:
-        job, kwargs = kernel_jobs.reduce_job, {"rows": args.rows, "cols": args.cols, "op": args.op}
-        shape = f"{args.rows}x{args.cols} {args.op}"
+        raise AssertionError(f"run {args.kernel}: no job")
     kwargs.update(seed=args.seed, extremes=args.extremes, errata_policy=policy, trace=args.trace is not None)
     cfg = variant.config
     console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "

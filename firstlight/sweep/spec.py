@@ -213,7 +213,6 @@ WORKLOAD_KINDS = {
                       "(int8-*, fp8-*, mxfp8-*, mxfp4-*); an FP recipe needs its format on the chip"),
     "attention": Kind(("seq", "dim"), {"causal": False, "recipe": "int8"}, vector=True,
                       summary="single-head flash attention"),
-    "reduce": Kind(("rows", "cols", "op"), summary="int32 row reduction (op: sum, max, min)"),
     "bringup": Kind((), summary="the whole first-light checklist, one verdict (firstlight regress runs it)"),
 }
 
@@ -294,8 +293,6 @@ def _workload(table, i: int, seed: int) -> Workload:
         v = p[key]
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise SpecError(f"{where}: {key} must be a positive integer, not {v!r}")
-    if kind == "reduce" and p["op"] not in ("sum", "max", "min"):
-        raise SpecError(f"{where}: op must be sum, max or min, not {p['op']!r}")
     if kind == "gemm" and p["epilogue"] not in (None, "requant", "relu"):
         raise SpecError(f"{where}: epilogue must be \"requant\" or \"relu\" (or absent), not {p['epilogue']!r}")
     if kind not in WORKLOAD_KINDS:  # a tile-language kernel: its declaration checks its parameters

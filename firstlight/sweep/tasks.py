@@ -151,12 +151,12 @@ def job_for(kind: str, p: dict, seed: int):
                                  "seed": seed}
     from kernels.tile.spec import registry
 
-    if kind in registry():
+    reg = registry()
+    if kind in reg:
         from firstlight.jobs.tile import tile_job
 
-        return tile_job, {"kernel": kind, "params": dict(p), "seed": seed}
-    if kind == "reduce":
-        return k.reduce_job, {"rows": p["rows"], "cols": p["cols"], "op": p["op"], "seed": seed}
+        names = {q.name for q in reg[kind].params}  # not the design point's revision
+        return tile_job, {"kernel": kind, "params": {n: v for n, v in p.items() if n in names}, "seed": seed}
     if kind == "bringup":
         return jobs.bringup_check_job, {"seed": seed, "revision": p["revision"]}
     raise ValueError(f"no job for workload kind {kind!r}")

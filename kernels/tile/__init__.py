@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from .compiler import Compiled, format_command
 from .ir import TileError
-from .lang import (Tile, col_max, col_sum, constant_row, dequant, exp, i2f, load, mask_tail, matmul, to_b, maximum, minimum, pipeline, recip, relu, requant, row_max, row_sum, rsqrt,
-                   scalar, store)
+from .lang import (Tile, col_max, col_sum, constant_row, dequant, exp, i2f, load, mask_tail, matmul, to_b, maximum, minimum, pipeline, recip, relu, requant, row_max, row_min, row_sum, rsqrt,
+                   scalar, scratch, store)
 from .runtime import TensorSpec, build, run
 
 __all__ = ["Compiled", "TileError", "Tile", "TensorSpec", "build", "run", "format_command", "pipeline", "load",
-           "store", "exp", "recip", "rsqrt", "relu", "maximum", "minimum", "row_sum", "row_max", "scalar",
+           "store", "exp", "recip", "rsqrt", "relu", "maximum", "minimum", "row_sum", "row_max", "row_min", "scalar", "scratch",
            "constant_row", "mask_tail", "matmul", "dequant", "requant", "i2f", "col_max", "col_sum", "to_b"]

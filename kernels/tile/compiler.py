@@ -123,6 +123,7 @@ def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, d
     tilings needs no semaphores or commands for the ones it rejects."""
     from . import errata
 
+    constraints = errata.families(constraints).get("gemm")
     ops = _fuse_expsub(errata.rewrite(ops, constraints, config))
     order = _hoist_stores(_hoist_past_matmuls(_interleave_tails(_schedule(ops), config, bytes_per_cycle)))
     for i, op in enumerate(order):
@@ -407,7 +408,7 @@ def _hoist_stores(order: list[Op]) -> list[Op]:
 
 def _prefetchable(op: Op) -> bool:
     """A load of data the kernel never writes: it may be issued as early as its words are free."""
-    return op.kind == "load" and all(d[0].role != "out" for d in op.dram_reads)
+    return op.kind == "load" and all(d[0].role not in ("out", "scratch") for d in op.dram_reads)
 
 
 # ---- 2. coalesce ----------------------------------------------------------------------------

@@ -13,6 +13,19 @@ record names the knobs its mitigation sets); each knob is a pass at one stage of
 * ``b_reserved_top_words`` (FL-SR-001, the engine reads the top word of B as zero): placement
   never uses those words.
 
+The reduction unit's errata are lowering rules of ``tile.row_sum`` / ``row_max`` (they read
+:class:`workarounds.ReduceConstraints` from the trace):
+
+* ``max_via_min`` (FL-RU-001, REDUCE MAX folds from zero): an int32 row maximum is ~MIN(~x)
+  (the bitwise complement is an exact, order-reversing map of int32): the tensor it was loaded
+  from is stored complemented (the host writes ~x, or the kernel stored partial results that
+  are complemented already), the REDUCE is a MIN, and the tensor its result is stored into is
+  read back complemented. :func:`check_complements` refuses a kernel that uses a complemented
+  tile any other way, naming the line;
+* ``even_sum_count`` (FL-RU-002, REDUCE SUM drops the last word of an odd count): a row of an
+  odd number of words is reduced as its first (even) words into a scratch word, the last word
+  added to it by a VEC IADD, and that word and a zero word beside it reduced (a count of 2).
+
 The stream passes of workarounds/passes.py (FL-CP-001, FL-DM-001, FL-DM-002, FL-VU-001) still
 run on every submitted stream, through the device's submit filter.
 """
@@ -23,7 +36,17 @@ import numpy as np
 
 from .ir import Buffer, Op, Queue, Storage, TileError
 
-__all__ = ["rewrite", "layout", "reserved", "gaps"]
+__all__ = ["max_via_min", "sum_of_odd_rows", "check_complements", "families", "rewrite", "layout", "reserved", "gaps"]
+
+
+def families(constraints) -> dict:
+    """The active mitigations' constraints by kernel family ("gemm", "reduce", "lowp"; what
+    workarounds.constraints_for gives, or one GemmConstraints alone, or None: none)."""
+    if constraints is None:
+        return {}
+    if isinstance(constraints, dict):
+        return {k: v for k, v in constraints.items() if v is not None}
+    return {"gemm": constraints}
 
 
 def rewrite(ops: list[Op], constraints, config) -> list[Op]:
@@ -132,3 +155,107 @@ def gaps(order: list[Op], constraints, config, tensors: list) -> tuple[list[Op],
             prev = None
         out.append(op)
     return out, n
+
+
+# ---- the reduction unit: lowering rules of the row reductions -----------------------------------
+
+def max_via_min(tr, a: Buffer, out: Buffer, line: str) -> str:
+    """FL-RU-001: the REDUCE code for an int32 row maximum of ``a`` into ``out`` ("MIN", of
+    complemented words); marks what holds complemented values (checked by check_complements)."""
+    load = next((op for op in reversed(tr.ops) if op.kind == "load" and any(w.own is a.own for w in op.writes)), None)
+    src = load.dram_reads[0][0] if load is not None else None
+    if src is None or src.layout != "rows" or src.role == "const":
+        raise TileError(f"{line}: on this revision REDUCE MAX folds from zero (FL-RU-001); its mitigation, MAX as "
+                        f"~MIN(~x), needs the int32 row_max of a tile loaded from a kernel input or from partial "
+                        f"maxima the kernel stored, and {a.storage.name} was computed on the chip")
+    src.complement = True
+    tr.complemented[id(a.own)] = a.own
+    tr.complemented[id(out.own)] = out.own
+    tr.via_min = getattr(tr, "via_min", set()) | {id(out.own)}
+    return "MIN"
+
+
+def check_complements(tr) -> None:
+    """After the trace: every tile of complemented words is only reduced (MIN for MAX) or stored;
+    a tensor holds complemented words throughout or not at all; outputs read back complemented."""
+    comp = dict(tr.complemented)
+    if not comp:
+        return
+    changed = True
+    while changed:  # a tensor that gets complemented words makes the tiles loaded from it complemented
+        changed = False
+        for op in tr.ops:
+            if op.kind == "store" and id(op.reads[0].own) in comp and not op.dram_writes[0][0].complement:
+                op.dram_writes[0][0].complement = changed = True
+            if op.kind == "load" and op.dram_reads[0][0].complement and id(op.writes[0].own) not in comp:
+                comp[id(op.writes[0].own)] = op.writes[0].own
+                changed = True
+    via_min = getattr(tr, "via_min", set())
+    for op in tr.ops:
+        if op.kind == "store":
+            t = op.dram_writes[0][0]
+            if t.complement and id(op.reads[0].own) not in comp:
+                raise TileError(f"{op.line}: {t.name} holds complemented row maxima (FL-RU-001's ~MIN(~x)); this "
+                                f"store would put plain values beside them: store them into another tensor")
+            continue
+        if op.kind == "load":
+            continue
+        bad = [b for b in op.reads if id(b.own) in comp]
+        ok = op.kind == "reduce" and all(id(w.own) in via_min for w in op.writes)
+        if bad and not ok:
+            raise TileError(f"{op.line}: {bad[0].own.name} holds complemented words (FL-RU-001's MAX as ~MIN(~x) "
+                            f"on this revision); a tile reduced by row_max is only stored or reduced again")
+
+
+def pad_to_even(tr, a: Buffer) -> bool:
+    """FL-RU-002 by layout, where it can be (no extra command): ``a`` is a tile of whole rows loaded
+    from a kernel input whose padding is zero, and nothing has read it yet; the input's rows get
+    one more word (the host writes it zero) and so do the tile's rows. True if done."""
+    ld = [op for op in tr.ops if op.kind == "load" and any(w.own is a.own for w in op.writes)]
+    if len(ld) != 1 or len(ld[0].dram_reads) != 1 or any(b.own is a.own for op in tr.ops for b in op.reads):
+        return False
+    t, r0, n, w0, words = ld[0].dram_reads[0]
+    buf = ld[0].writes[0]
+    if (t.layout != "rows" or t.role != "in" or t.pad != 0 or w0 != 0 or words != t.wpr or buf is not a
+            or a.offset or a.stride is not None or a.storage is not a.own):
+        return False
+    earlier = [op for op in tr.ops if op.kind == "load" and op is not ld[0] and any(d[0] is t for d in op.dram_reads)]
+    if earlier:  # its tiles were shaped by the old rows
+        return False
+    t.wpr += 1
+    a.wpr += 1
+    a.own.words = a.rows * a.wpr
+    ld[0].dram_reads[0] = (t, r0, n, w0, words + 1)
+    return True
+
+
+def sum_of_odd_rows(tr, a: Buffer, out: Buffer, line: str) -> None:
+    """FL-RU-002: the int32 sum of each row of ``a`` (an odd number of words) into ``out`` with
+    REDUCEs of even counts: the first words into a scratch word, the last one added by a VEC
+    IADD, then the scratch word and a zero word after it reduced."""
+    import numpy as np
+
+    if not tr.vector:
+        raise TileError(f"{line}: on this revision REDUCE SUM drops the last word of an odd count (FL-RU-002); "
+                        f"rows of {a.wpr} words are mitigated with a VEC IADD, and this chip has no vector unit: "
+                        f"give the rows an even number of words")
+    if tr.zero_pair is None:
+        ref = tr.tensor(tr.name("ru_zero"), 1, 2 * tr.lanes, "int32", 0, "const", np.zeros((1, 2, tr.lanes), np.uint32))
+        pair = tr.new_buffer("ru_pair", 1, 2, "int32", False, line)
+        tr.emit(Op("load", Queue.LOAD, line, writes=[pair], dram_reads=[(ref.decl, 0, 1, 0, 2)]))
+        tr.zero_pair = pair
+    pair = tr.zero_pair
+    s0 = Buffer(pair.own, 1, 1, "int32", False, pair.offset)
+    w = a.wpr
+    for r in range(a.rows):
+        base = r * a.row_stride
+        if w >= 3:
+            tr.emit(Op("reduce", Queue.EXEC, line, {"op": "row_sum (FL-RU-002)", "cmds": [("SUM", base, w - 1, 0)]},
+                       reads=[a], writes=[s0]))
+            tr.emit(Op("vec", Queue.EXEC, line, {"op": "iadd (FL-RU-002)", "cmds": [("iadd", 0, base + w - 1, "vector", 1, 0)]},
+                       reads=[s0, a], writes=[s0]))
+        else:  # one word: copied beside the zero (plus zero)
+            tr.emit(Op("vec", Queue.EXEC, line, {"op": "iadd (FL-RU-002)", "cmds": [("iadd", base, 1, "vector", 1, 0)]},
+                       reads=[a, pair], writes=[s0]))
+        tr.emit(Op("reduce", Queue.EXEC, line, {"op": "row_sum (FL-RU-002)", "cmds": [("SUM", 0, 2, r)]},
+                   reads=[pair], writes=[out]))

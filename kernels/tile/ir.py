@@ -108,6 +108,7 @@ class TensorDecl:
     dram: int | None = None  # byte address, set when the run stages it
     layout: str = "rows"
     drows: int | None = None  # stored rows (None: rows)
+    complement: bool = False  # every word stored as its bitwise complement (FL-RU-001's MAX as ~MIN(~x))
 
     @property
     def stored_rows(self) -> int:

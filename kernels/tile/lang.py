@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import errata as _errata
 from .ir import Buffer, Loop, Op, Queue, Storage, TensorDecl, TileError
 
 __all__ = ["Tile", "TensorRef", "TensorView", "Trace", "pipeline", "load", "store", "exp", "recip", "rsqrt",
-           "relu", "maximum", "minimum", "row_sum", "row_max", "scalar", "constant_row", "mask_tail", "matmul",
+           "relu", "maximum", "minimum", "row_sum", "row_max", "row_min", "scalar", "scratch", "constant_row", "mask_tail", "matmul",
            "dequant", "requant", "i2f", "col_max", "col_sum", "to_b", "current"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,6 +77,9 @@ class Trace:
         self.loops: list[Loop] = []
         self._names: dict[str, int] = {}
         self.consts: dict = {}  # each distinct constant is loaded once
+        self.reduce_constraints = None  # workarounds.ReduceConstraints of the errata in force, if any
+        self.complemented: dict[int, Storage] = {}  # tiles holding ~values (FL-RU-001), by id(storage)
+        self.zero_pair: Tile | None = None  # FL-RU-002's two scratch words, the second zero
 
     def __enter__(self):
         _STACK.append(self)
@@ -305,15 +309,25 @@ def store(view: TensorView, tile: Tile) -> None:
     if t.role in ("in", "const"):
         raise TileError(f"{line}: {t.name} is an input of the kernel; store into an output tensor")
     b = tile.buf
-    if b.scalar:
-        raise TileError(f"{line}: the tile {b.storage.name} holds one scalar per row (a reduction); "
-                        f"stores take tiles of whole rows")
+    if b.scalar and view.words != 1:
+        raise TileError(f"{line}: the tile {b.storage.name} holds one scalar per row (a reduction); it is "
+                        f"stored into one word per row (out[r0:r1] of a 1-column tensor, or p[r0:r1, j:j + 1])")
     if b.storage.region != "ACC":
         raise TileError(f"{line}: {b.storage.name} is in the {b.storage.region} SRAM; stores read the accumulator SRAM")
     if (b.rows, b.wpr) != (view.n, view.words):
         raise TileError(f"{line}: the tile {b.storage.name} is {b.rows} rows of {b.wpr} words, but "
                         f"{t.name}[{view.r0}:{view.r0 + view.n}] is {view.n} rows of {view.words} words")
     tr.emit(Op("store", Queue.STORE, line, reads=[b], dram_writes=[(t, view.r0, view.n, view.w0, view.words)]))
+
+
+def scratch(name: str, rows: int, words: int, dtype: str = "int32") -> TensorRef:
+    """A DRAM tensor of the kernel's own, ``rows`` rows of ``words`` words (layout "rows"): stored
+    into and loaded back by the kernel (partial results, spilled tiles); the host neither writes
+    nor reads it."""
+    tr = current()
+    if dtype not in ("fp32", "int32"):
+        raise TileError(f"{_caller_line()}: a scratch tensor holds fp32 or int32, not {dtype!r}")
+    return tr.tensor(tr.name(name), rows, words * tr.lanes, dtype, 0, "scratch")
 
 
 def scalar(value: float | None = None, *, bits: int | None = None) -> Tile:
@@ -639,8 +653,14 @@ def _row_reduce(op: str, t: Tile) -> Tile:
     if code is None:
         raise TileError(f"{line}: row_{op} of {a.dtype} is not a reduction the chip has "
                         f"(fp32: sum, max; int32: sum, max, min)")
+    rc = tr.reduce_constraints
     out = tr.new_buffer(f"row_{op}", a.rows, 1, a.dtype, True, line)
-    cmds = [(code, r * a.wpr, a.wpr, r) for r in range(a.rows)]
+    if code == "MAX" and rc is not None and rc.max_via_min:
+        code = _errata.max_via_min(tr, a, out, line)
+    if code == "SUM" and rc is not None and rc.even_sum_count and a.wpr % 2 and not _errata.pad_to_even(tr, a):
+        _errata.sum_of_odd_rows(tr, a, out, line)
+        return Tile(out)
+    cmds = [(code, r * a.row_stride, a.wpr, r) for r in range(a.rows)]
     tr.emit(Op("reduce", Queue.EXEC, line, {"op": f"row_{op}", "cmds": cmds}, reads=[a], writes=[out]))
     return Tile(out)
 
@@ -653,6 +673,11 @@ def row_sum(t: Tile) -> Tile:
 def row_max(t: Tile) -> Tile:
     """The maximum of each row, one scalar per row."""
     return _row_reduce("max", t)
+
+
+def row_min(t: Tile) -> Tile:
+    """The minimum of each row (int32), one scalar per row."""
+    return _row_reduce("min", t)
 
 
 def _need_vector(tr: Trace, line: str, op: str) -> None:

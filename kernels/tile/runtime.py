@@ -57,13 +57,17 @@ def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dra
     source line for what it refuses."""
     t0 = time.perf_counter()
     word_bytes = 4 * config.lanes
+    from .errata import check_complements, families
+
     with tracing(config.lanes, word_bytes, config.vector, config) as tr:
+        tr.reduce_constraints = families(constraints).get("reduce")
         refs: list[TensorRef] = []
         for t in tensors:
             if t.dtype not in DTYPES:
                 raise TileError(f"tensor {t.name}: dtype must be one of {', '.join(DTYPES)}, not {t.dtype!r}")
             refs.append(tr.tensor(t.name, t.rows, t.cols, t.dtype, t.pad, t.role, layout=t.layout))
         fn(*refs, **params)
+    check_complements(tr)
     if not any(op.kind == "store" for op in tr.ops):
         raise TileError(f"kernel {name} stores nothing: its outputs would never be written")
     c = compile_trace(name, tr.ops, tr.tensors, config, dram_bytes, bus_bytes, constraints, bytes_per_cycle,
@@ -100,7 +104,10 @@ async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: in
 def pack(t, x: np.ndarray, config) -> bytes:
     """The host array ``x`` as the bytes of tensor ``t``'s DRAM layout."""
     if t.layout == "rows":
-        return row_words(x, config.lanes, t.pad).astype("<u4").tobytes()
+        w = row_words(x, config.lanes, t.pad)
+        if w.shape[1] < t.wpr:  # rows the compiler lengthened (FL-RU-002: an even count of words)
+            w = np.concatenate([w, np.full((t.rows, t.wpr - w.shape[1], config.lanes), t.pad, np.uint32)], axis=1)
+        return (~w if t.complement else w).astype("<u4").tobytes()
     R, C = config.rows, config.cols
     if t.layout == "a_panels":  # (M, K) -> panel p, word k = A[pR:(p+1)R, k]
         pad = np.zeros((t.stored_rows * R, t.cols), np.int8)
@@ -116,8 +123,8 @@ def pack(t, x: np.ndarray, config) -> bytes:
 def unpack(t, raw: np.ndarray, config) -> np.ndarray:
     """Tensor ``t``'s DRAM bytes as the host array (its dtype, padding dropped)."""
     if t.layout == "rows":
-        w = raw.view("<u4").reshape(t.rows, t.wpr * config.lanes)
-        return w[:, :t.cols].copy().view(DTYPES[t.dtype])
+        w = raw.view("<u4").reshape(t.rows, t.wpr * config.lanes)[:, :t.cols]
+        return (~w if t.complement else w.copy()).view(DTYPES[t.dtype])
     if t.layout == "c_tiles":  # tile rows of tiles of ROWS words of COLS int32
         R, C = config.rows, config.cols
         tn = t.wpr // R

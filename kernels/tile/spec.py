@@ -140,7 +140,9 @@ class KernelSpec:
         why = self.refusal(config)
         if why:
             raise KernelRefused(why)
-        target = Target(config, board, constraints)
+        from .errata import families
+
+        target = Target(config, board, families(constraints).get("gemm"))
         args = self.kernel_args(params, target)
         c = build(self.name, self.source, config, self.tensors(params), args,
                   dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes, constraints=constraints,
@@ -187,7 +189,8 @@ async def run_spec(dev, spec: KernelSpec, params: dict, inputs: dict, *, mitigat
     from kernels.stats import Measure
     from workarounds import Unit
 
-    compiled = spec.compile(params, dev.config, dev.board, mitigations.gemm)
+    compiled = spec.compile(params, dev.config, dev.board,
+                            {"gemm": mitigations.gemm, "reduce": mitigations.reduce, "lowp": mitigations.lowp})
     ins = [t for t in spec.tensors(params) if t.role == "in"]
     size = {"fp32": 4, "int32": 4, "int8": 1}
     compulsory = sum(size[t.dtype] * t.rows * t.cols for t in spec.tensors(params))
