@@ -22,9 +22,12 @@ The reduction unit's errata are lowering rules of ``tile.row_sum`` / ``row_max``
   are complemented already), the REDUCE is a MIN, and the tensor its result is stored into is
   read back complemented. :func:`check_complements` refuses a kernel that uses a complemented
   tile any other way, naming the line;
-* ``even_sum_count`` (FL-RU-002, REDUCE SUM drops the last word of an odd count): a row of an
-  odd number of words is reduced as its first (even) words into a scratch word, the last word
-  added to it by a VEC IADD, and that word and a zero word beside it reduced (a count of 2).
+* ``even_sum_count`` (FL-RU-002, REDUCE SUM drops the last word of an odd count): scratch tensors
+  store their rows in an even number of words (the extra word holds the padding the kernel
+  declared: zero for a sum), and so does an input whose first tile of whole rows is summed, so
+  whole rows and even chunks of them reduce with even counts at no command; a view of an odd number of words is reduced as its first (even) words into
+  a scratch word, the last word added to it by a VEC IADD, and that word and a zero word beside it
+  reduced (a count of 2).
 
 The stream passes of workarounds/passes.py (FL-CP-001, FL-DM-001, FL-DM-002, FL-VU-001) still
 run on every submitted stream, through the device's submit filter.
@@ -208,20 +211,19 @@ def check_complements(tr) -> None:
 
 
 def pad_to_even(tr, a: Buffer) -> bool:
-    """FL-RU-002 by layout, where it can be (no extra command): ``a`` is a tile of whole rows loaded
-    from a kernel input whose padding is zero, and nothing has read it yet; the input's rows get
-    one more word (the host writes it zero) and so do the tile's rows. True if done."""
+    """FL-RU-002 by layout, where it can be (no extra command): ``a`` is a tile of whole rows, the
+    first loaded from a kernel input whose padding is zero, and nothing has read it yet; the
+    input's rows get one more word (the host writes it zero) and so do the tile's rows. True if
+    done."""
     ld = [op for op in tr.ops if op.kind == "load" and any(w.own is a.own for w in op.writes)]
     if len(ld) != 1 or len(ld[0].dram_reads) != 1 or any(b.own is a.own for op in tr.ops for b in op.reads):
         return False
     t, r0, n, w0, words = ld[0].dram_reads[0]
-    buf = ld[0].writes[0]
-    if (t.layout != "rows" or t.role != "in" or t.pad != 0 or w0 != 0 or words != t.wpr or buf is not a
+    if (t.layout != "rows" or t.role != "in" or t.pad != 0 or w0 != 0 or words != t.wpr or ld[0].writes[0] is not a
             or a.offset or a.stride is not None or a.storage is not a.own):
         return False
-    earlier = [op for op in tr.ops if op.kind == "load" and op is not ld[0] and any(d[0] is t for d in op.dram_reads)]
-    if earlier:  # its tiles were shaped by the old rows
-        return False
+    if any(op.kind == "load" and op is not ld[0] and any(d[0] is t for d in op.dram_reads) for op in tr.ops):
+        return False  # other tiles were shaped by the old rows
     t.wpr += 1
     a.wpr += 1
     a.own.words = a.rows * a.wpr

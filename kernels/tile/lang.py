@@ -99,6 +99,9 @@ class Trace:
         cfg = self.config
         if layout == "rows":
             decl = TensorDecl(name, rows, cols, dtype, -(-cols // self.lanes), pad, role, self.word_bytes, data)
+            rc = self.reduce_constraints
+            if rc is not None and rc.even_sum_count and dtype == "int32" and role == "scratch" and decl.wpr % 2:
+                decl.wpr += 1  # FL-RU-002: int32 rows of an even word count (the extra word is padding)
         elif layout == "a_panels":  # (M, K) int8: ceil(M / ROWS) panels of K words of ROWS bytes
             decl = TensorDecl(name, rows, cols, dtype, cols, 0, role, cfg.rows, layout=layout,
                               drows=-(-rows // cfg.rows))
@@ -320,14 +323,15 @@ def store(view: TensorView, tile: Tile) -> None:
     tr.emit(Op("store", Queue.STORE, line, reads=[b], dram_writes=[(t, view.r0, view.n, view.w0, view.words)]))
 
 
-def scratch(name: str, rows: int, words: int, dtype: str = "int32") -> TensorRef:
+def scratch(name: str, rows: int, words: int, dtype: str = "int32", pad: int = 0) -> TensorRef:
     """A DRAM tensor of the kernel's own, ``rows`` rows of ``words`` words (layout "rows"): stored
-    into and loaded back by the kernel (partial results, spilled tiles); the host neither writes
-    nor reads it."""
+    into and loaded back by the kernel (partial results, spilled tiles). The host fills it with
+    ``pad`` (raw 32 bits) before the run and never reads it: words the kernel does not store (a
+    padding word an erratum's layout rule added) read as ``pad``."""
     tr = current()
     if dtype not in ("fp32", "int32"):
         raise TileError(f"{_caller_line()}: a scratch tensor holds fp32 or int32, not {dtype!r}")
-    return tr.tensor(tr.name(name), rows, words * tr.lanes, dtype, 0, "scratch")
+    return tr.tensor(tr.name(name), rows, words * tr.lanes, dtype, pad & 0xFFFFFFFF, "scratch")
 
 
 def scalar(value: float | None = None, *, bits: int | None = None) -> Tile:

@@ -96,6 +96,9 @@ async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: in
             dev.dram_write(buf, pack(t, np.ascontiguousarray(x, DTYPES[t.dtype]), dev.config))
         elif t.role == "const":
             dev.dram_write(buf, np.ascontiguousarray(t.data, "<u4"))
+        elif t.role == "scratch":  # words the kernel never stores (padding an erratum added) read as pad
+            fill = np.full(t.nbytes // 4, t.pad, np.uint32)
+            dev.dram_write(buf, (~fill if t.complement else fill).astype("<u4"))
     await dev.submit(c.commands, budget_cycles)
     await dev.wait_idle(budget_cycles)
     return {t.name: unpack(t, dev.dram_read(t.dram, t.nbytes), dev.config) for t in c.tensors if t.role == "out"}
@@ -105,7 +108,7 @@ def pack(t, x: np.ndarray, config) -> bytes:
     """The host array ``x`` as the bytes of tensor ``t``'s DRAM layout."""
     if t.layout == "rows":
         w = row_words(x, config.lanes, t.pad)
-        if w.shape[1] < t.wpr:  # rows the compiler lengthened (FL-RU-002: an even count of words)
+        if w.shape[1] < t.wpr:  # rows the compiler lengthened (FL-RU-002: an even word count)
             w = np.concatenate([w, np.full((t.rows, t.wpr - w.shape[1], config.lanes), t.pad, np.uint32)], axis=1)
         return (~w if t.complement else w).astype("<u4").tobytes()
     R, C = config.rows, config.cols

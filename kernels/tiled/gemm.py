@@ -9,10 +9,11 @@ from __future__ import annotations
 from kernels import tile
 
 
-def gemm(a, b, *rest, ga: int, gb: int, kc: int):
-    *epilogue, c = rest  # (bias, qparams): one int32 word per C tile column, lane j for column j
+def gemm(a, b, *rest, ga: int, gb: int, kc: int, total: bool = False):
+    *epilogue, c = rest[:-1] if total else rest  # (bias, qparams): an int32 word per C tile column, lane j for column j
     bias, qparams = [tile.load(t[0]) for t in epilogue] or (None, None)
-    K = a.steps
+    K, per_row = a.steps, -(-b.panels // gb)
+    partials = tile.scratch("partials", 1, -(-a.panels // ga) * per_row) if total else None  # a word per group
     steps = [(i, j, k) for i in range(0, a.panels, ga) for j in range(0, b.panels, gb) for k in range(0, K, kc)]
     acc = None
     for i, j, k in tile.pipeline(steps, stages=2):
@@ -25,6 +26,11 @@ def gemm(a, b, *rest, ga: int, gb: int, kc: int):
             if bias is not None:
                 row = tile.requant(row + bias[0, j:j + bt.rows], qparams[0, j:j + bt.rows])
             tile.store(c[i + p, j:j + gb], row)
+        if total:  # the group's sum right behind its MATMULs, one REDUCE over its accumulator words
+            g = i // ga * per_row + j // gb
+            tile.store(partials[0, g:g + 1], tile.row_sum(acc.reshape(1, acc.rows * acc.words_per_row)))
+    if total:  # and the groups' partial sums reduced again
+        tile.store(rest[-1][0:1], tile.row_sum(tile.load(partials[0:1])))
 
 
 # ---- declaration ---------------------------------------------------------------------------------
@@ -36,14 +42,16 @@ from kernels.tile.runtime import TensorSpec  # noqa: E402
 from kernels.tile.spec import KernelSpec, Param  # noqa: E402
 
 
-EPILOGUES = ("none", "requant", "relu")
+EPILOGUES = ("none", "requant", "relu", "sum")
+_QUANT = ("requant", "relu")
 
 
 def _tensors(p):
     m, n, k = p["m"], p["n"], p["k"]
-    epi = [] if p["epilogue"] == "none" else [TensorSpec("bias", 1, n, "int32"), TensorSpec("qparams", 1, n, "int32")]
+    epi = [TensorSpec("bias", 1, n, "int32"), TensorSpec("qparams", 1, n, "int32")] if p["epilogue"] in _QUANT else []
+    total = [TensorSpec("total", 1, 1, "int32", role="out")] if p["epilogue"] == "sum" else []
     return [TensorSpec("a", m, k, "int8", layout="a_panels"), TensorSpec("b", k, n, "int8", layout="b_panels"),
-            *epi, TensorSpec("c", m, n, "int32", role="out", layout="c_tiles")]
+            *epi, TensorSpec("c", m, n, "int32", role="out", layout="c_tiles"), *total]
 
 
 def _inputs(p, seed, extremes):
@@ -57,7 +65,7 @@ def _inputs(p, seed, extremes):
     else:
         out = {"a": rng.integers(-128, 128, (p["m"], p["k"]), dtype=np.int8),
                "b": rng.integers(-128, 128, (p["k"], p["n"]), dtype=np.int8)}
-    if p["epilogue"] != "none":
+    if p["epilogue"] in _QUANT:
         from golden.epilogue import calibrate_scales
         from golden.vector import requant_params
 
@@ -69,6 +77,9 @@ def _inputs(p, seed, extremes):
 
 
 def _golden(i, p, lanes):
+    if p["epilogue"] == "sum":  # C, and the sum of all of it wrapped to int32
+        c = golden.gemm_int8(i["a"], i["b"])
+        return {"c": c, "total": np.array([[golden.wrap_int32(int(c.astype(np.int64).sum()))]], np.int32)}
     if p["epilogue"] == "none":
         return {"c": golden.gemm_int8(i["a"], i["b"])}
     from golden.epilogue import gemm_epilogue_words
@@ -78,8 +89,9 @@ def _golden(i, p, lanes):
 
 def _reference(i, p):
     """float64 (a @ b + bias) * scale (ReLU'd), the scale read back from the parameter words."""
-    if p["epilogue"] == "none":
-        return {"c": i["a"].astype(np.float64) @ i["b"].astype(np.float64)}
+    if p["epilogue"] in ("none", "sum"):
+        c = i["a"].astype(np.float64) @ i["b"].astype(np.float64)
+        return {"c": c} if p["epilogue"] == "none" else {"c": c, "total": np.array([[c.sum()]])}
     q = i["qparams"][0].view(np.uint32).astype(np.int64)
     scale = (q & 0xFFFFFF) * 2.0 ** -((q >> 24) & 63)
     y = (i["a"].astype(np.float64) @ i["b"].astype(np.float64) + i["bias"][0]) * scale
@@ -103,7 +115,8 @@ def _args(p, t):
     best, best_key = None, None
     # an epilogue keeps its bias and parameter words (one of each per C tile column) in the
     # accumulator SRAM for the whole run: the groups get the rest
-    room = cfg.acc_depth - (2 * -(-p["n"] // cfg.cols) if p["epilogue"] != "none" else 0)
+    # (a sum keeps its result words there: its REDUCE's, and FL-RU-002's pair)
+    room = cfg.acc_depth - (2 * -(-p["n"] // cfg.cols) if p["epilogue"] in _QUANT else 4 if p["epilogue"] == "sum" else 0)
     for acc_words in ((None, room // 2) if room == cfg.acc_depth else (room, room // 2, room // 4)):
         if acc_words is not None and acc_words < cfg.rows:
             continue
@@ -129,14 +142,15 @@ def _args(p, t):
     tm, tn = -(-p["m"] // cfg.rows), -(-p["n"] // cfg.cols)
     bga, bgb = -(-tm // -(-tm // best.ga)), -(-tn // -(-tn // best.gb))
     ga, gb = p["ga"] or bga, p["gb"] or bgb
+    total = {"total": True} if p["epilogue"] == "sum" else {}
     if (ga, gb) == (bga, bgb):
-        return {"ga": ga, "gb": gb, "kc": best.kc}
+        return {"ga": ga, "gb": gb, "kc": best.kc, **total}
     # groups given: the longest chunk (at most kc) their buffers hold, no trailing one-step chunk
     kc = min(p["k"], p["kc"] or p["k"], (cfg.operand_depth - spacer) // 2 // ga - extra,
              (cfg.operand_depth - reserved) // 2 // gb)
     while kc > 1 and p["k"] % kc == 1 and cons is not None and cons.avoid_unit_chunk:
         kc -= 1
-    return {"ga": ga, "gb": gb, "kc": max(kc, 1)}
+    return {"ga": ga, "gb": gb, "kc": max(kc, 1), **total}
 
 
 SPECS = [KernelSpec(
@@ -149,11 +163,12 @@ SPECS = [KernelSpec(
             Param("gb", int, 0, "tiles per group row (0: the planner's)", 0, 4096),
             Param("kc", int, 0, "at most this many K steps per chunk (0: the planner's choice)", 0, 65535),
             Param("epilogue", str, "none", "on the vector unit before each store: 'requant' adds an int32 bias "
-                  "per column and requantizes to int8 by per-column scales; 'relu' the same, clamped at 0",
+                  "per column and requantizes to int8 by per-column scales; 'relu' the same, clamped at 0; 'sum': C "
+                  "and the wrapping int32 sum of all of it (a REDUCE per tile group behind its MATMULs)",
                   choices=EPILOGUES)),
     tensors=_tensors, inputs=_inputs, golden=_golden, reference=_reference,
     kernel_args=_args, macs=lambda p: p["m"] * p["n"] * p["k"],
-    shape_from={"m": ("a", 0), "k": ("a", 1), "n": ("b", 1)}, needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA"), aten="aten::mm",
+    shape_from={"m": ("a", 0), "k": ("a", 1), "n": ("b", 1)}, needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA", "REDUCE"), aten="aten::mm",
     bench=({"m": 256, "n": 256, "k": 256}, {"m": 4, "n": 512, "k": 512}),
     bringup=({"m": 37, "n": 19, "k": 100},),
     examples=("--m 64 --n 64 --k 64", "--m 37 --n 19 --k 100 --rev A0", "--m 256 --n 256 --k 256 --epilogue requant"))]

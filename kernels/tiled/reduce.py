@@ -9,17 +9,17 @@ from kernels import tile
 
 def reduce(x, y, *, op: str, tile_rows: int, chunk: int):
     fn = {"sum": tile.row_sum, "max": tile.row_max, "min": tile.row_min}[op]
-    if not chunk:  # a tile of whole rows at a time
-        for r in tile.pipeline(range(0, x.rows, tile_rows), stages=2):
-            tile.store(y[r:r + tile_rows], fn(tile.load(x[r:r + tile_rows])))
-        return
-    n = -(-x.words // chunk)  # chunks of a row: each gives a word of partial results, reduced again
-    p = tile.scratch("partials", x.rows, n)
-    steps = [(r, j) for r in range(0, x.rows, tile_rows) for j in range(n)]
-    for r, j in tile.pipeline(steps, stages=2):
-        tile.store(p[r:r + tile_rows, j:j + 1], fn(tile.load(x[r:r + tile_rows, j * chunk:(j + 1) * chunk])))
-    for r in range(0, x.rows, tile_rows):
-        tile.store(y[r:r + tile_rows], fn(tile.load(p[r:r + tile_rows])))
+    src, words, first = x, x.words, True
+    while chunk and words > chunk:  # rows in chunks: a word of partial results each, reduced again
+        n = -(-words // chunk)
+        p = tile.scratch("partials", x.rows, n, pad=IDENTITY[op])
+        steps = [(r, j) for r in range(0, x.rows, tile_rows) for j in range(n)]
+        for r, j in tile.pipeline(steps, stages=2) if first else steps:
+            tile.store(p[r:r + tile_rows, j:j + 1], fn(tile.load(src[r:r + tile_rows, j * chunk:(j + 1) * chunk])))
+        src, words, first = p, n, False
+    rows = range(0, x.rows, tile_rows)
+    for r in tile.pipeline(rows, stages=2) if first else rows:  # a tile of whole rows at a time
+        tile.store(y[r:r + tile_rows], fn(tile.load(src[r:r + tile_rows])))
 
 
 # ---- declaration ---------------------------------------------------------------------------------
