@@ -158,10 +158,10 @@ def _tile_kernel(args, variant):
     # compiled with the revision's errata passes, as the run will be: what they cost in SRAM is
     # refused here, and --dump shows the stream the chip gets (before the stream passes)
     res = resolve(args.rev, parse_policy(args.errata_policy) if args.errata_policy else None, warn=False)
-    constraints = constraints_for([e for e in ERRATA if e.id in res.active])["gemm"]
+    knobs = constraints_for([e for e in ERRATA if e.id in res.active])
     try:
         p = spec.resolve(given)
-        compiled = spec.compile(p, variant.config, variant.resolved_board, constraints)
+        compiled = spec.compile(p, variant.config, variant.resolved_board, knobs["gemm"], knobs["lowp"])
     except (ValueError, TileError, KernelRefused) as e:
         raise CannotStart(f"run {spec.name}: {e}") from None
     shape = " ".join(f"{k}={v}" for k, v in p.items() if k in ("rows", "cols"))
