@@ -592,7 +592,9 @@ def matmul(a: Tile, b: Tile, acc: Tile | None = None, *, by: str = "a") -> Tile:
     column panel of C, all its rows in order: for S^T = K Q^T, a row per query tile holding every
     key's word, which ``col_max(per_row=True)``, a broadcast per row and ``to_b(by="b")`` take in
     one command each). One MATMUL per output tile; the compiler keeps an A panel's MATMULs
-    together, so a store of one tile row waits for that row alone."""
+    together, so a store of one tile row waits for that row alone. FP operands (e4m3, e5m2, e2m1
+    tiles of the same format, each loaded with its E8M0 scales) make an FP MATMUL with an fp32
+    result (``acc`` fp32): its format and scale words come from the tiles."""
     tr = current()
     line = _caller_line()
     if not isinstance(a, Tile) or not isinstance(b, Tile):
