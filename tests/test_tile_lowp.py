@@ -237,6 +237,65 @@ def test_fl_nu_001_mitigation_is_what_makes_a0_match():
          policy={"FL-NU-001": "off"}, expect=False)
 
 
+ONE_STEP = '''
+    import numpy as np
+
+    import golden
+    from kernels import tile
+    from kernels.tile.runtime import TensorSpec
+    from kernels.tile.spec import KernelSpec
+
+
+    def one_step_tail(a, b, sa, sb, c):
+        acc = tile.matmul(tile.load(a[0:1, 0:32]), tile.load(b[0:1, 0:32]))
+        acc = tile.matmul(tile.load(a[0:1, 32:33]), tile.load(b[0:1, 32:33]), acc)  # one step: FL-ME-001
+        tile.store(c[0, 0:1], acc[0])
+
+
+    def _codes(rng, shape):  # normal E4M3 codes only (no NaN, no subnormal: FL-NU-001 is not this test's)
+        e, m = rng.integers(1, 16, shape), rng.integers(0, 8, shape)
+        m = np.where((e == 15) & (m == 7), 6, m)
+        return ((rng.integers(0, 2, shape) << 7) | (e << 3) | m).astype(np.uint8)
+
+
+    def _inputs(p, seed, extremes):
+        rng = np.random.default_rng(seed)
+        return {"a": _codes(rng, (4, 33)), "b": _codes(rng, (33, 4)),
+                "sa": rng.integers(120, 135, (4, 2)).astype(np.uint8), "sb": rng.integers(120, 135, (2, 4)).astype(np.uint8)}
+
+
+    SPECS = [KernelSpec(
+        name="toyfpk1", summary="an FP MATMUL chain whose last chunk is one step", source=one_step_tail, params=(),
+        tensors=lambda p: [TensorSpec("a", 4, 33, "e4m3", layout="a_panels", scales="sa"),
+                           TensorSpec("b", 33, 4, "e4m3", layout="b_panels", scales="sb"),
+                           TensorSpec("sa", 4, 2, "e8m0", layout="a_panels"), TensorSpec("sb", 2, 4, "e8m0", layout="b_panels"),
+                           TensorSpec("c", 4, 4, "fp32", role="out", layout="c_tiles")],
+        inputs=_inputs, kernel_args=lambda p, t: {},
+        golden=lambda i, p, lanes: {"c": golden.mx.mx_matmul(i["a"], i["b"], i["sa"], i["sb"], "e4m3", chunks=[32, 1])})]
+'''
+
+
+@pytest.mark.sim
+def test_fl_me_001_fadd_lowering_is_bit_exact_and_needed_on_a0(tmp_path, monkeypatch):
+    """A chain of a 32-step and a 1-step FP MATMUL, in a kernel module of its own (the simulator
+    process imports it too): bit-exact on B1 and on A0 with the FADD lowering; on A0 with
+    FL-ME-001's mitigation off the one-step MATMUL overwrites the first chunk (seen failing)."""
+    from cosim.build import Variant
+    from cosim.jobs import run_job
+    from firstlight.jobs.tile import tile_cases_job
+
+    (tmp_path / "toy_fp_k1.py").write_text(textwrap.dedent(ONE_STEP))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FIRSTLIGHT_KERNEL_MODULES", "toy_fp_k1")
+    sys.modules.pop("toy_fp_k1", None)
+    for rev, policy, passes in (("B1", None, True), ("A0", None, True), ("A0", {"FL-ME-001": "off"}, False)):
+        (r,) = run_job(tile_cases_job, {"cases": [["toyfpk1", {}, False]], "seed": SEED, "errata_policy": policy},
+                       variant=Variant(config=CHIP, revision=rev), sim="verilator").value
+        assert r["passed"] == passes, (rev, policy, r["mismatch"],
+                                       f"reproduce: FIRSTLIGHT_SEED={SEED} .venv/bin/python -m pytest "
+                                       f"tests/test_tile_lowp.py -k fl_me_001_fadd")
+
+
 @pytest.mark.sim
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog is not installed")
 def test_bit_exact_icarus():

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rtl.isa import BLOCK  # K steps per E8M0 block scale of the FP formats
+
 from .ir import Buffer, Loop, Op, Queue, Storage, TensorDecl, TileError
 
-BLOCK = 32  # K steps per E8M0 block scale of the FP formats (rtl/isa.py BLOCK)
 FP_FORMATS = ("e4m3", "e5m2", "e2m1")
 
 __all__ = ["Tile", "TensorRef", "TensorView", "Trace", "pipeline", "load", "store", "exp", "recip", "rsqrt",

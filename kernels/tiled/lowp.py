@@ -35,8 +35,8 @@ from golden.vector import bits, floats, vector_op  # noqa: E402
 from kernels.tile.ir import TileError  # noqa: E402
 from kernels.tile.runtime import TensorSpec  # noqa: E402
 from kernels.tile.spec import KernelSpec, Param  # noqa: E402
+from rtl.isa import BLOCK  # noqa: E402  (K steps per E8M0 scale)
 
-BLOCK = 32  # K steps per E8M0 scale (rtl/isa.py BLOCK)
 FP_RECIPES = tuple(n for n, r in quant.RECIPES.items() if r.kind != "int8")
 
 
