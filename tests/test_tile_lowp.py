@@ -23,7 +23,7 @@ from conftest import SEED
 from golden import quant
 from kernels import tile
 from kernels.tile.ir import TileError
-from kernels.tile.spec import Target, registry
+from kernels.tile.spec import KernelRefused, Target, registry
 from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 from rtl.isa import Format, Opcode, VecOp, decode
@@ -31,6 +31,7 @@ from workarounds import GemmConstraints
 from workarounds.constraints import LowpConstraints
 
 CHIP = ChipConfig()
+SMALL_FP = ChipConfig(operand_depth=64, acc_depth=64, cmdq_depth=64)  # the smallest SRAMs an FP chip may have
 BOARD = BoardConfig().resolve(CHIP)
 A0 = GemmConstraints(b_reserved_top_words=1, avoid_unit_chunk=True, repeat_first_a_word=True)
 FP_RECIPES = [n for n, r in quant.RECIPES.items() if r.kind != "int8"]
@@ -63,6 +64,17 @@ def test_compiles_at_the_bench_shape_with_scaled_fp_matmuls(constraints):
     assert {"SA", "SB"} <= set(c.sram_words)
     # 64 x 64 output: 16 x 16 tiles of 256 steps, one MATMUL per tile and chunk
     assert len(mm) == 16 * 16 * (256 // c.kernel_args["kc"])
+
+
+def test_a_small_chip_on_a0_takes_one_buffer_race_free():
+    """64-word operand SRAMs: two buffers of a 32-step block fit (B1), but not with FL-ME-002's
+    word per A panel and spacer words (A0): one buffer then, the loads after the MATMULs."""
+    from test_tile import races
+
+    assert _compile(config=SMALL_FP, m=9, n=7, k=100).kernel_args["stages"] == 2
+    c = _compile(config=SMALL_FP, constraints=A0, m=9, n=7, k=100)
+    assert c.kernel_args == {"ga": 1, "gb": 1, "kc": 32, "stages": 1}
+    assert races(c.commands, 4 * SMALL_FP.lanes, True) == [], c.dump()
 
 
 def test_fl_me_002_on_fp_is_a_fence_never_an_int8_spacer():
@@ -142,9 +154,15 @@ def test_refusals_name_the_kernel_line(fp_toys):
         _build(fp_toys.off_block, _fp_tensors())
     with pytest.raises(TileError, match=r"its scales 'sa' must be a 4x2 e8m0 tensor"):
         _build(fp_toys.plain, [*_fp_tensors()[:2], T("sa", 4, 3, "e8m0", layout="a_panels"), *_fp_tensors()[3:]])
-    # and through the declaration: a chip without the recipe's format, an int8 recipe
-    with pytest.raises(TileError, match=r"kernels/tiled/lowp.py:\d+: this chip was built without the e2m1 format"):
-        _compile(config=ChipConfig(formats=("int8", "e4m3", "e5m2")), m=8, n=8, k=64, recipe="mxfp4-e2m1-rceil")
+    # and through the declaration: a chip without the recipe's format (refused before tracing, so
+    # the bring-up and the bench leave it out), an int8 recipe
+    spec = _spec()
+    no_fp4 = ChipConfig(formats=("int8", "e4m3", "e5m2"))
+    p = spec.resolve({"m": 8, "n": 8, "k": 64, "recipe": "mxfp4-e2m1-rceil"})
+    assert "runs e2m1 MATMULs, and this chip was built without that format" in spec.refusal(no_fp4, p)
+    assert spec.refusal(no_fp4, dict(p, recipe="mxfp8-e5m2-floor")) is None
+    with pytest.raises(KernelRefused, match=r"recipe mxfp4-e2m1-rceil runs e2m1 MATMULs"):
+        _compile(config=no_fp4, m=8, n=8, k=64, recipe="mxfp4-e2m1-rceil")
     with pytest.raises(TileError, match=r"recipe int8-channel is int8: run it with tgemm"):
         _compile(m=8, n=8, k=64, recipe="int8-channel")
 
@@ -193,22 +211,24 @@ def test_the_golden_follows_the_chunks_and_the_scales():
 RAGGED = {"m": 21, "n": 19, "k": 70}  # K padded to 96: three blocks, in chunks of whole blocks
 
 
-def _repro(params, rev, sim, extremes, policy=None):
+def _repro(params, rev, sim, extremes, policy=None, config=CHIP):
     flags = " ".join(f"--{k} {v}" for k, v in params.items())
+    if config is not CHIP:
+        flags += " (on ChipConfig(operand_depth=64, acc_depth=64, cmdq_depth=64): tests/test_tile_lowp.py SMALL_FP)"
     pol = "".join(f" --errata-policy {k}={v}" for k, v in (policy or {}).items())
     return f"firstlight run tlowp {flags} --rev {rev} --sim {sim} --seed {SEED}" + (" --extremes" if extremes else "") + pol
 
 
-def _run(cases, rev, sim, policy=None, expect=True):
+def _run(cases, rev, sim, policy=None, expect=True, config=CHIP):
     from cosim.build import Variant
     from cosim.jobs import run_job
     from firstlight.jobs.tile import tile_cases_job
 
     results = run_job(tile_cases_job, {"cases": [["tlowp", p, x] for p, x in cases], "seed": SEED,
                                        "errata_policy": policy},
-                      variant=Variant(config=CHIP, revision=rev), sim=sim).value
+                      variant=Variant(config=config, revision=rev), sim=sim).value
     assert len(results) == len(cases)
-    bad = [(r, _repro(p, rev, sim, x, policy)) for r, (p, x) in zip(results, cases) if r["passed"] != expect]
+    bad = [(r, _repro(p, rev, sim, x, policy, config)) for r, (p, x) in zip(results, cases) if r["passed"] != expect]
     what = "first wrong word" if expect else "expected a mismatch, got a pass"
     assert not bad, "\n".join(f"{r['params']['recipe']}: {what} {r['mismatch']}; reproduce: {cmd}" for r, cmd in bad)
     return results
@@ -227,6 +247,15 @@ def test_every_fp_recipe_bit_exact_verilator(rev):
             assert r["sqnr_db"] > 12, (p, r["sqnr_db"])
     if rev == "A0":
         assert {"FL-ME-002", "FL-NU-001"} <= set(results[0]["mitigations"])
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("rev", ["B1", "A0"])
+def test_small_srams_bit_exact_verilator(rev):
+    """The 64-word FP chip: double-buffered on B1, one buffer on A0."""
+    cases = [({"m": 9, "n": 7, "k": 100, "recipe": "mxfp8-e5m2-rceil"}, False),
+             ({"m": 9, "n": 7, "k": 100, "recipe": "fp8-e4m3-tensor"}, True)]
+    _run(cases, rev, "verilator", config=SMALL_FP)
 
 
 @pytest.mark.sim

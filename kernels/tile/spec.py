@@ -114,6 +114,9 @@ class KernelSpec:
     # under the errata constraints in force, FL-NU-001): returns the tensors' arrays that change,
     # which replace those of the inputs (so the golden sees what ran); None: the inputs as made
     prepare: Callable[[dict, dict, "Target"], dict] | None = None
+    # why this chip cannot run the kernel with these parameters (a recipe's MATMUL format it was
+    # built without), or None; beside ``needs``, which the parameters do not change
+    requires: Callable[[dict, object], str | None] | None = None
 
     def shape_params(self) -> dict[str, tuple[str, int]]:
         """Which parameter each input dimension gives (a caller passes arrays, not their sizes)."""
@@ -133,17 +136,19 @@ class KernelSpec:
                              + ", ".join(known))
         return {n: p.check(given.get(n, p.default)) for n, p in known.items()}
 
-    def refusal(self, config) -> str | None:
-        """Why this chip cannot run the kernel, or None."""
+    def refusal(self, config, params: dict | None = None) -> str | None:
+        """Why this chip cannot run the kernel (with resolved ``params``, if given), or None."""
         if "vector" in self.needs and not config.vector:
             return f"{self.name} needs the vector unit, and this chip was built without it (vector=False)"
+        if params is not None and self.requires is not None:
+            return self.requires(params, config)
         return None
 
     def compile(self, params: dict, config, board, constraints=None, lowp=None):
         """The compiled kernel for resolved ``params`` on ``config`` and ``board``, with the errata
         passes the active mitigations' ``constraints`` (workarounds.GemmConstraints) ask for
         (``lowp``: their workarounds.LowpConstraints, which ``kernel_args`` sees as ``target.lowp``)."""
-        why = self.refusal(config)
+        why = self.refusal(config, params)
         if why:
             raise KernelRefused(why)
         target = Target(config, board, constraints, lowp)
@@ -221,7 +226,7 @@ async def call(dev, name: str, inputs: dict, *, mitigations, budget_cycles=None,
     spec = get(name)
     dims = {param: inputs[t].shape[axis] for param, (t, axis) in spec.shape_params().items()}
     p = spec.resolve({**dims, **params})
-    why = spec.refusal(dev.config)
+    why = spec.refusal(dev.config, p)
     if why:
         raise ValueError(why)
     outs, stats = await run_spec(dev, spec, p, inputs, mitigations=mitigations, budget_cycles=budget_cycles)

@@ -10,13 +10,13 @@ from __future__ import annotations
 from kernels import tile
 
 
-def lowp_gemm(a, b, a_scales, b_scales, *rest, ga: int, gb: int, kc: int):
+def lowp_gemm(a, b, a_scales, b_scales, *rest, ga: int, gb: int, kc: int, stages: int = 2):
     *tensor_scale, c = rest  # a_scales, b_scales: loaded with a and b (their TensorSpec names them)
     ts = tile.load(tensor_scale[0][0], scalar=True) if tensor_scale else None
     K = a.steps
     steps = [(i, j, k) for i in range(0, a.panels, ga) for j in range(0, b.panels, gb) for k in range(0, K, kc)]
     acc = None
-    for i, j, k in tile.pipeline(steps, stages=2):
+    for i, j, k in tile.pipeline(steps, stages=stages):
         bt = tile.load(b[j:j + gb, k:k + kc])
         acc = tile.matmul(tile.load(a[i:i + ga, k:k + kc]), bt, acc if k else None)
         if k + kc < K:
@@ -141,12 +141,33 @@ def _reference(i, p):
 
 def _args(p, t):
     """The int8 GEMM's planner (kernels/tiled/gemm.py) on the padded K, chunks of whole blocks
-    (a block's scale is per MATMUL), a word kept for the tensor scale."""
+    (a block's scale is per MATMUL), a word kept for the tensor scale; double-buffered, or (an
+    operand SRAM too small for two buffers of a block, as a 64-word one on A0, whose A panels take
+    a word more) one buffer, each chunk's loads after the last one's MATMULs (stages=1)."""
     from kernels.tiled.gemm import _args as plan
 
     r = _recipe(p)
-    return plan({**p, "k": _kp(p), "epilogue": "none"}, t, block=BLOCK,
-                acc_reserved=1 if r.kind == "fp8" and r.granularity == "tensor" else 0)
+    q = {**p, "k": _kp(p), "epilogue": "none"}
+    reserve = 1 if r.kind == "fp8" and r.granularity == "tensor" else 0
+    try:
+        return {**plan(q, t, block=BLOCK, acc_reserved=reserve), "stages": 2}
+    except ValueError:
+        pass
+    try:
+        return {**plan(q, t, block=BLOCK, acc_reserved=reserve, nbuf=1), "stages": 1}
+    except ValueError as e:
+        extra = t.constraints is not None and t.constraints.repeat_first_a_word
+        raise TileError(f"{e}: an operand buffer needs a panel of at least one {BLOCK}-step block"
+                        + (" plus FL-ME-002's copy of its first word" if extra else "")
+                        + f" ({t.config.operand_depth} words per operand SRAM)") from None
+
+
+def _requires(p, config):
+    fmt = _recipe(p).fmt
+    if fmt not in config.formats:
+        return (f"recipe {p['recipe']} runs {fmt} MATMULs, and this chip was built without that format "
+                f"(its formats: {', '.join(config.formats)}; --formats chooses them)")
+    return None
 
 
 SPECS = [KernelSpec(
@@ -162,7 +183,7 @@ SPECS = [KernelSpec(
             Param("gb", int, 0, "tiles per group row (0: the planner's)", 0, 4096),
             Param("kc", int, 0, "at most this many K steps per chunk, whole blocks of 32 (0: the planner's)",
                   0, 65535)),
-    tensors=_tensors, inputs=_inputs, golden=_golden, reference=_reference, prepare=_prepare,
+    tensors=_tensors, inputs=_inputs, golden=_golden, reference=_reference, prepare=_prepare, requires=_requires,
     kernel_args=_args, macs=lambda p: p["m"] * p["n"] * p["k"],
     shape_from={"m": ("a", 0), "k": ("a", 1), "n": ("b", 1)}, needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA"),
     bench=({"m": 64, "n": 64, "k": 256, "recipe": "mxfp8-e4m3-rceil"},),
