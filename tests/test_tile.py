@@ -62,6 +62,9 @@ def _access(cmd: int, word_bytes: int, stale_a: bool = False, zero_b: int | None
         reads = [("A", a, a + k + int(stale_a)), ("B", b, b + k)] + ([("ACC", c, c + rows)] if d["flags"]["accumulate"] else [])
         if b == zero_b:  # FL-ME-002's spacer: any A word times zero B words adds 0; its A read is benign
             reads = reads[1:]
+        if d["flags"]["fmt"]:  # FP: a scale word per 32-step block from SA and SB (docs/numerics.md)
+            nblk, sa, sb = -(-k // 32), d["arg3"]["sa"], d["arg3"]["sb"]
+            reads += [("SA", sa, sa + nblk), ("SB", sb, sb + nblk)]
         return "exec", "matmul", reads, [("ACC", c, c + rows)]
     if op == Opcode.FENCE:
         return "exec", "unit", [], []
@@ -170,7 +173,10 @@ CASES = [("tgemm", {"m": 12, "n": 8, "k": 9, "kc": 4}), ("tgemm", {"m": 32, "n":
          ("gelu", {"rows": 5, "cols": 9}), ("silu", {"rows": 12, "cols": 9, "tile_rows": 3}),
          ("elementwise", {"rows": 9, "cols": 13, "op": "fmul", "broadcast": "row"}),
          ("elementwise", {"rows": 9, "cols": 13, "op": "iadd", "broadcast": "col", "tile_rows": 2}),
-         ("elementwise", {"rows": 7, "cols": 5, "op": "expsub"})]
+         ("elementwise", {"rows": 7, "cols": 5, "op": "expsub"}),
+         ("tlowp", {"m": 21, "n": 19, "k": 70, "recipe": "mxfp8-e4m3-rceil", "ga": 3, "gb": 2, "kc": 32}),
+         ("tlowp", {"m": 12, "n": 8, "k": 100, "recipe": "fp8-e5m2-tensor"}),
+         ("tlowp", {"m": 32, "n": 24, "k": 128, "recipe": "mxfp4-e2m1-floor", "ga": 4, "gb": 2, "kc": 64})]
 
 
 ERRATA_ON = GemmConstraints(b_reserved_top_words=1, avoid_unit_chunk=True, repeat_first_a_word=True)

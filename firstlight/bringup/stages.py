@@ -1158,7 +1158,7 @@ async def stage_kernels(ctx: Ctx):
 async def _tile_kernels(dev, rng, mit, problems: list) -> list[str]:
     """Every tile-language kernel at each of its declared bring-up shapes (KernelSpec.bringup), on
     its declaration's seeded inputs, against its golden; a kernel this chip cannot run (no
-    vector unit) is left out and said so."""
+    vector unit, a format it lacks) is left out and said so."""
     from firstlight.jobs.tile import compare
     from kernels.tile.spec import registry, run_spec
 
@@ -1168,6 +1168,8 @@ async def _tile_kernels(dev, rng, mit, problems: list) -> list[str]:
             continue
         for shape in spec.bringup:
             p = spec.resolve(shape)
+            if spec.refusal(dev.config, p):  # a recipe's format this chip was built without
+                continue
             ins = spec.inputs(p, int(rng.integers(1 << 31)), False)
             outs, st = await run_spec(dev, spec, p, ins, mitigations=mit)
             bad, _ = compare(spec, p, ins, outs, dev.config.lanes, st.plan)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rtl.isa import (MAX_COUNT, DmaQueue, ReduceOp, VecB, VecDst, VecOp, decode, dma_load, dma_store, dma_stride, fence,
-                     matmul, nop, reduce, vec)
+from rtl.isa import (MAX_COUNT, DmaQueue, Format, ReduceOp, VecB, VecDst, VecOp, decode, dma_load, dma_store, dma_stride,
+                     fence, matmul, nop, reduce, vec)
 from rtl.memories import Region
 
 from .ir import Buffer, Op, Queue, Storage, TensorDecl, TileError
@@ -102,8 +102,10 @@ def format_command(c: int) -> str:
         return f"REDUCE {ReduceOp(d['flags']['op']).name} src={d['arg0']} n={d['length']} dst={d['arg2']}{sync}"
     if op == Opcode.MATMUL:
         f = d["flags"]
+        fp = "" if not f.get("fmt") else \
+            f" {Format(f['fmt']).name.lower()} sa={d['arg3']['sa']} sb={d['arg3']['sb']}"
         return (f"MATMUL a={d['arg0']} b={d['arg1']} c={d['arg2']} k={d['length']}"
-                f"{' acc' if f['accumulate'] else ''}{sync}")
+                f"{' acc' if f['accumulate'] else ''}{fp}{sync}")
     if op == Opcode.DMA_STRIDE:
         return f"DMA_STRIDE {DmaQueue(d['flags']['queue']).name} sram={d['arg0']} dram={d['dram_stride']}{sync}"
     if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
@@ -329,7 +331,7 @@ def _only_loads_between(out: list[Op], pos: list[int]) -> bool:
 
 def _word_bytes(op: Op, config) -> int:
     region = op.writes[0].storage.region
-    return {"A": config.rows, "B": config.cols}.get(region, 4 * config.lanes)
+    return {"A": config.rows, "B": config.cols, "SA": config.rows, "SB": config.cols}.get(region, 4 * config.lanes)
 
 
 _PASSABLE = ("matmul", "store", "load")
@@ -496,7 +498,8 @@ def _rebase(ost: Storage, a: Buffer, uses: dict, views: dict) -> None:
 def _place(order: list[Op], config, reserved: dict[str, tuple[int, int]] | None = None
            ) -> tuple[list[Storage], dict[str, int]]:
     """``reserved``: (bottom, top) words of a region no tile may use (an erratum's)."""
-    depth = {"ACC": config.acc_depth, "A": config.operand_depth, "B": config.operand_depth}
+    depth = {"ACC": config.acc_depth, "A": config.operand_depth, "B": config.operand_depth,
+             "SA": config.scale_depth, "SB": config.scale_depth}
     low = {r: 0 for r in depth}
     for r, (bottom, top) in (reserved or {}).items():
         depth[r] -= top
@@ -863,8 +866,13 @@ def _commands(op: Op, config) -> list[tuple]:
         ca = c.storage.addr + c.offset
         rows = config.rows
         step = op.args.get("c_step", rows)  # from one B panel's tile to the next in C
+        fp = {}
+        if "fmt" in op.args:  # FP: the format and the first scale word of A's panel and of each B panel
+            sa, sb = op.args["sa_view"], op.args["sb_view"]
+            fp = {"fmt": Format[op.args["fmt"].upper()], "sa": sa.storage.addr + sa.offset}
         return [(matmul, {"a": aa, "b": b.storage.addr + b.offset + q * b.row_stride, "c": ca + q * step,
-                          "k": op.args["k"], "accumulate": op.args["accumulate"]})
+                          "k": op.args["k"], "accumulate": op.args["accumulate"],
+                          **({**fp, "sb": sb.storage.addr + sb.offset + q * sb.row_stride} if fp else {})})
                 for q in range(op.args["pb"])]
     if op.kind == "vec":
         a = op.reads[0].storage.addr + op.reads[0].offset

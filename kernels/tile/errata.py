@@ -66,13 +66,15 @@ def rewrite(ops: list[Op], constraints, config) -> list[Op]:
                             f"trailing chunk of one step")
         c = op.args["c_view"]  # a row of tiles (matmul by="a") or a tile of each row (by="b")
         st = Storage("ACC", c.words, f"k1_{c.storage.name}", op.line)
-        scratch = Buffer(st, c.rows, c.wpr, "int32")
+        scratch = Buffer(st, c.rows, c.wpr, c.dtype)
+        # the engine's write-back, C_old + the MATMUL's sum: int32 (wrapping), or fp32 for an FP MATMUL
+        add_op = "fadd" if c.dtype == "fp32" else "iadd"
         step = op.args.get("c_step", config.rows)
         mm = Op("matmul", Queue.EXEC, op.line, {**op.args, "accumulate": False, "c_view": scratch,
                                                  "c_step": step if c.rows == 1 else c.wpr},
                 reads=[r for r in op.reads if r is not c], writes=[scratch])
-        cmds = [("iadd", r * c.row_stride, r * c.wpr, "vector", c.wpr, r * c.row_stride) for r in range(c.rows)]
-        add = Op("vec", Queue.EXEC, op.line, {"op": "iadd (FL-ME-001)", "cmds": cmds},
+        cmds = [(add_op, r * c.row_stride, r * c.wpr, "vector", c.wpr, r * c.row_stride) for r in range(c.rows)]
+        add = Op("vec", Queue.EXEC, op.line, {"op": f"{add_op} (FL-ME-001)", "cmds": cmds},
                  reads=[c, scratch], writes=[c])
         for x in (mm, add):
             x.loop, x.iteration = op.loop, op.iteration
@@ -143,6 +145,13 @@ def gaps(order: list[Op], constraints, config, tensors: list) -> tuple[list[Op],
             a = op.args["a_view"]
             at = a.storage.addr + a.offset
             here = (at, op.args["k"])
+            if prev is not None and prev != here and "fmt" in op.args:
+                # FP: a FENCE (an FP spacer could make NaN of NaN x 0 or +0 of -0), as the hand stream does
+                fe = Op("fence", Queue.EXEC, op.line, {"op": "FL-ME-002 fence"})
+                fe.loop, fe.iteration = op.loop, op.iteration
+                out.append(fe)
+                n += 1
+                prev = None
             if prev is not None and prev != here:
                 c = op.args["c_view"]
                 slot = Buffer(c.own, 1, config.rows, "int32", False, c.offset)

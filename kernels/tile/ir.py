@@ -93,6 +93,9 @@ class TensorDecl:
     * "c_tiles": int32 result, tile-major: ``drows`` = tile rows, each ``wpr`` = (tiles per row) x
       ROWS accumulator words, so the tiles of one tile row are contiguous.
 
+    An FP operand (dtype "e4m3", "e5m2", "e2m1": a code a byte, as the engine reads them) names
+    its ``scales``: a tensor of dtype "e8m0" in the same panel layout, one code per 32 K steps.
+
     ``role``: "in" (the host writes it), "out" (the host reads it), "const" (the compiler's
     constants, written by the host before the run)."""
 
@@ -109,6 +112,7 @@ class TensorDecl:
     layout: str = "rows"
     drows: int | None = None  # stored rows (None: rows)
     complement: bool = False  # every word stored as its bitwise complement (FL-RU-001's MAX as ~MIN(~x))
+    scales: "TensorDecl | None" = None  # an FP operand's E8M0 block scales (their own tensor, same panels)
 
     @property
     def stored_rows(self) -> int:

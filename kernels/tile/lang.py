@@ -23,8 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rtl.isa import BLOCK  # K steps per E8M0 block scale of the FP formats
+
 from . import errata as _errata
 from .ir import Buffer, Loop, Op, Queue, Storage, TensorDecl, TileError
+
+FP_FORMATS = ("e4m3", "e5m2", "e2m1")
 
 __all__ = ["Tile", "TensorRef", "TensorView", "Trace", "pipeline", "load", "store", "exp", "recip", "rsqrt",
            "relu", "maximum", "minimum", "row_sum", "row_max", "row_min", "scalar", "scratch", "constant_row", "mask_tail", "matmul",
@@ -195,10 +199,12 @@ class TensorRef:
 
 
 class Tile:
-    """A tile in SRAM. Arithmetic operators make VEC operations; see the module functions."""
+    """A tile in SRAM. Arithmetic operators make VEC operations; see the module functions.
+    ``scales``: an FP operand tile's E8M0 block scales (a tile in SA or SB), loaded with it."""
 
-    def __init__(self, buf: Buffer):
+    def __init__(self, buf: Buffer, scales: "Tile | None" = None):
         self.buf = buf
+        self.scales = scales
 
     rows = property(lambda self: self.buf.rows)
     words_per_row = property(lambda self: self.buf.wpr)
@@ -296,9 +302,21 @@ def load(view: TensorView, *, scalar: bool = False) -> Tile:
         raise TileError(f"{line}: load takes rows of a DRAM tensor (x[r0:r1]), not {type(view).__name__}")
     t = view.tensor
     region = {"a_panels": "A", "b_panels": "B"}.get(t.layout, "ACC")
+    if t.dtype == "e8m0":  # block scales: the scale SRAM beside their operand's
+        region = "S" + region
     buf = tr.new_buffer(t.name, view.n, view.words, t.dtype, scalar, line, region)
     tr.emit(Op("load", Queue.LOAD, line, writes=[buf], dram_reads=[(t, view.r0, view.n, view.w0, view.words)]))
-    return Tile(buf)
+    if t.scales is None:
+        return Tile(buf)
+    # an FP operand: its blocks' scales come with it (a block is 32 K steps of one MATMUL)
+    if view.w0 % BLOCK:
+        raise TileError(f"{line}: {t.name} holds {t.dtype} codes in blocks of {BLOCK} K steps, each with its scale; "
+                        f"a tile starts at a block, not at step {view.w0}")
+    s = t.scales
+    b0, nb = view.w0 // BLOCK, -(-view.words // BLOCK)
+    sbuf = tr.new_buffer(s.name, view.n, nb, s.dtype, False, line, "S" + region)
+    tr.emit(Op("load", Queue.LOAD, line, writes=[sbuf], dram_reads=[(s, view.r0, view.n, b0, nb)]))
+    return Tile(buf, Tile(sbuf))
 
 
 def store(view: TensorView, tile: Tile) -> None:
@@ -601,7 +619,9 @@ def matmul(a: Tile, b: Tile, acc: Tile | None = None, *, by: str = "a") -> Tile:
     column panel of C, all its rows in order: for S^T = K Q^T, a row per query tile holding every
     key's word, which ``col_max(per_row=True)``, a broadcast per row and ``to_b(by="b")`` take in
     one command each). One MATMUL per output tile; the compiler keeps an A panel's MATMULs
-    together, so a store of one tile row waits for that row alone."""
+    together, so a store of one tile row waits for that row alone. FP operands (e4m3, e5m2, e2m1
+    tiles of the same format, each loaded with its E8M0 scales) make an FP MATMUL with an fp32
+    result (``acc`` fp32): its format and scale words come from the tiles."""
     tr = current()
     line = _caller_line()
     if not isinstance(a, Tile) or not isinstance(b, Tile):
@@ -615,31 +635,66 @@ def matmul(a: Tile, b: Tile, acc: Tile | None = None, *, by: str = "a") -> Tile:
                         f"not {A.storage.region} and {B.storage.region}")
     if A.wpr != B.wpr:
         raise TileError(f"{line}: the A tile has {A.wpr} K steps and the B tile {B.wpr}: they must agree")
+    fmt, scales = _matmul_format(tr, line, a, b)
+    out = "int32" if fmt == "int8" else "fp32"
     rows = tr.config.rows
     pa, pb, k = A.rows, B.rows, A.wpr
     shape = (pa, pb * rows) if by == "a" else (pb, pa * rows)
     if acc is None:
-        C = tr.new_buffer("acc", *shape, "int32", False, line)
+        C = tr.new_buffer("acc", *shape, out, False, line)
         accumulate = False
     else:
         C = acc.buf
         if (C.rows, C.wpr) != shape:
             raise TileError(f"{line}: acc is {C.rows} x {C.wpr} words; A x B by {by!r} makes {shape[0]} rows of "
                             f"{shape[1]}")
+        if C.dtype != out:
+            raise TileError(f"{line}: a {fmt} MATMUL accumulates {out}; acc {C.storage.name} is {C.dtype}")
         accumulate = True
     for p in range(pa):
         ap = Buffer(A.own, 1, k, A.dtype, False, A.offset + p * A.row_stride)
         if by == "a":  # the row's pb tiles, side by side
-            cp, step = Buffer(C.own, 1, pb * rows, "int32", False, C.offset + p * C.row_stride), rows
+            cp, step = Buffer(C.own, 1, pb * rows, out, False, C.offset + p * C.row_stride), rows
         else:  # tile p of each of the pb rows
-            cp = Buffer(C.own, pb, rows, "int32", False, C.offset + p * rows, C.row_stride)
+            cp = Buffer(C.own, pb, rows, out, False, C.offset + p * rows, C.row_stride)
             step = C.row_stride
         reads = [ap, B] + ([cp] if accumulate else [])
-        tr.emit(Op("matmul", Queue.EXEC, line, {"op": "matmul", "accumulate": accumulate, "k": k, "pb": pb,
-                                                 "a_view": ap, "b_view": B, "c_view": cp, "c_step": step,
-                                                 "a_tile": A, "p": p},
-                   reads=reads, writes=[cp]))
-    return Tile(Buffer(C.own, *shape, "int32", False, C.offset, C.stride))
+        args = {"op": "matmul", "accumulate": accumulate, "k": k, "pb": pb, "a_view": ap, "b_view": B,
+                "c_view": cp, "c_step": step, "a_tile": A, "p": p}
+        if scales is not None:  # panel p's scale words, and every B panel's
+            sa, sb = scales
+            args.update(fmt=fmt, sa_view=Buffer(sa.own, 1, sa.wpr, sa.dtype, False, sa.offset + p * sa.row_stride),
+                        sb_view=sb)
+            reads += [args["sa_view"], sb]
+        tr.emit(Op("matmul", Queue.EXEC, line, args, reads=reads, writes=[cp]))
+    return Tile(Buffer(C.own, *shape, out, False, C.offset, C.stride))
+
+
+def _matmul_format(tr: Trace, line: str, a: Tile, b: Tile) -> tuple[str, tuple | None]:
+    """The MATMUL's format from its operand tiles, and (SA, SB) scale buffers for an FP one."""
+    fa, fb = a.buf.dtype, b.buf.dtype
+    if fa == fb == "int8":
+        return "int8", None
+    if fa != fb:
+        raise TileError(f"{line}: matmul of {a.buf.storage.name} ({fa}) and {b.buf.storage.name} ({fb}): one MATMUL "
+                        f"has one format for both operands; quantize both to the same one")
+    if fa not in FP_FORMATS:
+        raise TileError(f"{line}: matmul takes int8 or FP ({', '.join(FP_FORMATS)}) operands, not {fa}")
+    formats = tr.config.formats
+    if fa not in formats:
+        raise TileError(f"{line}: this chip was built without the {fa} format (its formats: {', '.join(formats)}; "
+                        f"--formats chooses them)")
+    for t, which in ((a, "A"), (b, "B")):
+        if t.scales is None:
+            raise TileError(f"{line}: the {fa} {which} tile {t.buf.storage.name} has no block scales: declare its "
+                            f"tensor with TensorSpec(..., scales=<an e8m0 tensor>) and pass matmul the tile "
+                            f"tile.load made (FP operands read E8M0 scales per {BLOCK} K steps)")
+    nblk = -(-a.buf.wpr // BLOCK)
+    sa, sb = a.scales.buf, b.scales.buf
+    if sa.wpr != nblk or sb.wpr != nblk or sa.rows != a.buf.rows or sb.rows != b.buf.rows:
+        raise TileError(f"{line}: the scales of {a.buf.storage.name} / {b.buf.storage.name} do not cover their "
+                        f"{a.buf.wpr} K steps ({nblk} blocks per panel)")
+    return fa, (sa, sb)
 
 
 # ---- the reduction unit ------------------------------------------------------------------------

@@ -25,6 +25,9 @@ from .lang import TensorRef, tracing
 __all__ = ["TensorSpec", "DTYPES", "build", "run", "pack", "unpack", "units_busy_cycles"]
 
 DTYPES = {"fp32": np.float32, "int32": np.int32, "int8": np.int8}
+# FP operand codes (a byte each, as the operand SRAMs hold them) and their E8M0 block scales
+FP_DTYPES = {"e4m3": np.uint8, "e5m2": np.uint8, "e2m1": np.uint8}
+DTYPES.update(FP_DTYPES, e8m0=np.uint8)
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class TensorSpec:
     pad: int = 0
     role: str = "in"
     layout: str = "rows"
+    scales: str | None = None
 
 
 def fits(fn, config, tensors: list[TensorSpec], params: dict, constraints=None) -> None:
@@ -66,6 +70,7 @@ def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dra
             if t.dtype not in DTYPES:
                 raise TileError(f"tensor {t.name}: dtype must be one of {', '.join(DTYPES)}, not {t.dtype!r}")
             refs.append(tr.tensor(t.name, t.rows, t.cols, t.dtype, t.pad, t.role, layout=t.layout))
+        _link_scales(tensors, tr.tensors)
         fn(*refs, **params)
     check_complements(tr)
     if not any(op.kind == "store" for op in tr.ops):
@@ -76,6 +81,29 @@ def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dra
         return None
     c.compile_s = time.perf_counter() - t0
     return c
+
+
+def _link_scales(specs: list[TensorSpec], decls: list) -> None:
+    """Each FP operand's declaration gets its scales' (checked: e8m0, the same layout and panels,
+    one code per 32 K steps)."""
+    by = {d.name: d for d in decls}
+    for t in specs:
+        d = by[t.name]
+        if t.dtype in FP_DTYPES and t.layout not in ("a_panels", "b_panels"):
+            raise TileError(f"tensor {t.name}: {t.dtype} codes are a MATMUL operand: layout a_panels or b_panels, "
+                            f"not {t.layout}")
+        if t.scales is None:
+            continue
+        s = by.get(t.scales)
+        if t.dtype not in FP_DTYPES:
+            raise TileError(f"tensor {t.name}: only FP operands (e4m3, e5m2, e2m1) have block scales, not {t.dtype}")
+        a = t.layout == "a_panels"
+        want = (t.rows, -(-t.cols // 32)) if a else (-(-t.rows // 32), t.cols)
+        if s is None or s.dtype != "e8m0" or s.layout != t.layout or (s.rows, s.cols) != want:
+            got = "no such tensor" if s is None else f"{s.rows}x{s.cols} {s.dtype} {s.layout}"
+            raise TileError(f"tensor {t.name}: its scales {t.scales!r} must be a {want[0]}x{want[1]} e8m0 tensor "
+                            f"laid out {t.layout} (one code per 32 K steps), not {got}")
+        d.scales = s
 
 
 async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: int | None = None
@@ -112,6 +140,8 @@ def pack(t, x: np.ndarray, config) -> bytes:
             w = np.concatenate([w, np.full((t.rows, t.wpr - w.shape[1], config.lanes), t.pad, np.uint32)], axis=1)
         return (~w if t.complement else w).astype("<u4").tobytes()
     R, C = config.rows, config.cols
+    if x.dtype == np.uint8:  # FP codes and E8M0 scales: the same bytes
+        x = x.view(np.int8)
     if t.layout == "a_panels":  # (M, K) -> panel p, word k = A[pR:(p+1)R, k]
         pad = np.zeros((t.stored_rows * R, t.cols), np.int8)
         pad[:t.rows] = x

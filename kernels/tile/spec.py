@@ -76,6 +76,7 @@ class Target:
     config: object
     board: object
     constraints: object = None
+    lowp: object = None  # workarounds.LowpConstraints in force (None: none), for a kernel's host recipe
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,13 @@ class KernelSpec:
     # the parameters an input's shape gives: name -> (input tensor, axis); None: rows and cols
     # from the first input (the row kernels)
     shape_from: dict | None = None
+    # the host's work on the inputs for the target, before they are staged (a quantization recipe
+    # under the errata constraints in force, FL-NU-001): returns the tensors' arrays that change,
+    # which replace those of the inputs (so the golden sees what ran); None: the inputs as made
+    prepare: Callable[[dict, dict, "Target"], dict] | None = None
+    # why this chip cannot run the kernel with these parameters (a recipe's MATMUL format it was
+    # built without), or None; beside ``needs``, which the parameters do not change
+    requires: Callable[[dict, object], str | None] | None = None
 
     def shape_params(self) -> dict[str, tuple[str, int]]:
         """Which parameter each input dimension gives (a caller passes arrays, not their sizes)."""
@@ -128,21 +136,26 @@ class KernelSpec:
                              + ", ".join(known))
         return {n: p.check(given.get(n, p.default)) for n, p in known.items()}
 
-    def refusal(self, config) -> str | None:
-        """Why this chip cannot run the kernel, or None."""
+    def refusal(self, config, params: dict | None = None) -> str | None:
+        """Why this chip cannot run the kernel (with resolved ``params``, if given), or None."""
         if "vector" in self.needs and not config.vector:
             return f"{self.name} needs the vector unit, and this chip was built without it (vector=False)"
+        if params is not None and self.requires is not None:
+            return self.requires(params, config)
         return None
 
-    def compile(self, params: dict, config, board, constraints=None):
+    def compile(self, params: dict, config, board, constraints=None, lowp=None):
         """The compiled kernel for resolved ``params`` on ``config`` and ``board``, with the errata
-        passes the active mitigations' ``constraints`` (workarounds.GemmConstraints) ask for."""
-        why = self.refusal(config)
+        passes the active mitigations' ``constraints`` (workarounds.GemmConstraints) ask for
+        (``lowp``: their workarounds.LowpConstraints, which ``kernel_args`` sees as ``target.lowp``)."""
+        why = self.refusal(config, params)
         if why:
             raise KernelRefused(why)
         from .errata import families
 
-        target = Target(config, board, families(constraints).get("gemm"))
+        fam = families(constraints)
+        lowp = lowp if lowp is not None else fam.get("lowp")
+        target = Target(config, board, fam.get("gemm"), lowp)
         args = self.kernel_args(params, target)
         c = build(self.name, self.source, config, self.tensors(params), args,
                   dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes, constraints=constraints,
@@ -191,8 +204,10 @@ async def run_spec(dev, spec: KernelSpec, params: dict, inputs: dict, *, mitigat
 
     compiled = spec.compile(params, dev.config, dev.board,
                             {"gemm": mitigations.gemm, "reduce": mitigations.reduce, "lowp": mitigations.lowp})
+    if spec.prepare is not None:  # in place: the caller's inputs (and so its golden) hold what ran
+        inputs.update(spec.prepare(inputs, params, Target(dev.config, dev.board, mitigations.gemm, mitigations.lowp)))
     ins = [t for t in spec.tensors(params) if t.role == "in"]
-    size = {"fp32": 4, "int32": 4, "int8": 1}
+    size = {"fp32": 4, "int32": 4, "int8": 1, "e4m3": 1, "e5m2": 1, "e2m1": 1, "e8m0": 1}
     compulsory = sum(size[t.dtype] * t.rows * t.cols for t in spec.tensors(params))
     macs = spec.macs(params) if spec.macs is not None else 0
     ideal = -(-macs // dev.config.peak_macs_per_cycle) if macs else \
@@ -216,7 +231,7 @@ async def call(dev, name: str, inputs: dict, *, mitigations, budget_cycles=None,
     spec = get(name)
     dims = {param: inputs[t].shape[axis] for param, (t, axis) in spec.shape_params().items()}
     p = spec.resolve({**dims, **params})
-    why = spec.refusal(dev.config)
+    why = spec.refusal(dev.config, p)
     if why:
         raise ValueError(why)
     outs, stats = await run_spec(dev, spec, p, inputs, mitigations=mitigations, budget_cycles=budget_cycles)

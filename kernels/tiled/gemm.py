@@ -98,13 +98,16 @@ def _reference(i, p):
     return {"c": np.maximum(y, 0.0) if p["epilogue"] == "relu" else y}
 
 
-def _args(p, t):
+def _args(p, t, block: int = 1, acc_reserved: int = 0, nbuf: int = 2):
     """Tile groups and K chunk from the GEMM planner (kernels/gemm.py plan_gemm) for the SRAM the
     errata passes leave (FL-ME-002: a word more per A panel and the spacers' words; FL-SR-001:
     B's top word), unless
     given. Candidates: groups that fill the accumulator SRAM or half of it (the next group's
     MATMULs then never wait for this one's stores), K in chunks as long as fit or in four; the
-    planner's DRAM model picks."""
+    planner's DRAM model picks. ``block``: K chunks a multiple of it (the FP path's 32-step scale
+    blocks, kernels/tiled/lowp.py), whose FL-ME-002 gaps are FENCEs; ``acc_reserved``: accumulator
+    words the kernel keeps for itself (a scalar); ``nbuf``: operand buffers (2: double buffering,
+    1: the chunks take turns with their loads)."""
     from kernels.gemm import plan_gemm
 
     cfg, cons = t.config, t.constraints
@@ -116,17 +119,19 @@ def _args(p, t):
     # an epilogue keeps its bias and parameter words (one of each per C tile column) in the
     # accumulator SRAM for the whole run: the groups get the rest
     # (a sum keeps its result words there: its REDUCE's, and FL-RU-002's pair)
-    room = cfg.acc_depth - (2 * -(-p["n"] // cfg.cols) if p["epilogue"] in _QUANT else 4 if p["epilogue"] == "sum" else 0)
+    room = cfg.acc_depth - (2 * -(-p["n"] // cfg.cols) if p["epilogue"] in _QUANT else 4 if p["epilogue"] == "sum"
+                            else 0) - acc_reserved
     for acc_words in ((None, room // 2) if room == cfg.acc_depth else (room, room // 2, room // 4)):
         if acc_words is not None and acc_words < cfg.rows:
             continue
         for k_chunk in ((p["kc"],) if p["kc"] else (None, -(-p["k"] // 4))):
             try:
-                plan = plan_gemm(cfg, p["m"], p["n"], p["k"], operand_words=cfg.operand_depth // 2,
-                                 a_words=(cfg.operand_depth - spacer) // 2, b_words=(cfg.operand_depth - reserved) // 2,
+                plan = plan_gemm(cfg, p["m"], p["n"], p["k"], operand_words=cfg.operand_depth // nbuf, nbuf=nbuf,
+                                 a_words=(cfg.operand_depth - spacer) // nbuf,
+                                 b_words=(cfg.operand_depth - reserved) // nbuf,
                                  a_panel_extra=extra, avoid_unit_chunk=cons is not None and cons.avoid_unit_chunk,
-                                 acc_words=acc_words, k_chunk=k_chunk, bytes_per_cycle=bw,
-                                 row_gap="spacer" if extra else "")
+                                 acc_words=acc_words, k_chunk=k_chunk, bytes_per_cycle=bw, block=block,
+                                 row_gap=("spacer" if block == 1 else "fence") if extra else "")
             except ValueError:
                 continue
             # the model's cycles, then more chunks: where it sees no difference, a chunk more to
@@ -146,10 +151,12 @@ def _args(p, t):
     if (ga, gb) == (bga, bgb):
         return {"ga": ga, "gb": gb, "kc": best.kc, **total}
     # groups given: the longest chunk (at most kc) their buffers hold, no trailing one-step chunk
-    kc = min(p["k"], p["kc"] or p["k"], (cfg.operand_depth - spacer) // 2 // ga - extra,
-             (cfg.operand_depth - reserved) // 2 // gb)
+    kc = min(p["k"], p["kc"] or p["k"], (cfg.operand_depth - spacer) // nbuf // ga - extra,
+             (cfg.operand_depth - reserved) // nbuf // gb)
+    if kc < p["k"] and kc >= block:
+        kc -= kc % block
     while kc > 1 and p["k"] % kc == 1 and cons is not None and cons.avoid_unit_chunk:
-        kc -= 1
+        kc -= block
     return {"ga": ga, "gb": gb, "kc": max(kc, 1), **total}
 
 
