@@ -471,16 +471,21 @@ def _storage_uses(order: list[Op]) -> tuple[dict[int, list[tuple[int, int, int]]
     uses: dict[int, list[tuple[int, int, int]]] = {}
     views: dict[int, list[Buffer]] = {}
     seen: set[int] = set()
+    def view(b: Buffer, st: int) -> None:
+        if id(b) not in seen:
+            seen.add(id(b))
+            views.setdefault(st, []).append(b)
+            uses.setdefault(st, [])
+
     for op in order:
-        bufs = op.reads + op.writes + [v for v in op.args.values() if isinstance(v, Buffer)]
-        for b in bufs:
+        i = op.index
+        for b in op.reads + op.writes:
             st = id(b.storage)
-            if b in op.reads or b in op.writes:
-                uses.setdefault(st, []).append((op.index, b.offset, b.offset + b.span))
-            if id(b) not in seen:
-                seen.add(id(b))
-                views.setdefault(st, []).append(b)
-                uses.setdefault(st, [])
+            uses.setdefault(st, []).append((i, b.offset, b.offset + b.span))
+            view(b, st)
+        for v in op.args.values():
+            if isinstance(v, Buffer):  # a view lowering reads (it is also among reads or writes if accessed)
+                view(v, id(v.storage))
     return uses, views
 
 

@@ -63,7 +63,8 @@ class Buffer:
 
     @property
     def storage(self) -> Storage:
-        return self.own.root()
+        own = self.own
+        return own if own.alias is None else own.root()
 
     @property
     def words(self) -> int:

@@ -8,6 +8,7 @@ submit filter (so every stream pass of the active errata applies), waits, and re
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass
 
@@ -60,6 +61,18 @@ def build(name: str, fn, config, tensors: list[TensorSpec], params: dict, *, dra
     ``constraints``, a workarounds.GemmConstraints, ask for); raises TileError with the kernel's
     source line for what it refuses."""
     t0 = time.perf_counter()
+    gc_was = gc.isenabled()
+    gc.disable()  # a trace is ~10^5 small acyclic objects: collecting them mid-compile only costs time
+    try:
+        return _build(name, fn, config, tensors, params, t0, dram_bytes=dram_bytes, bus_bytes=bus_bytes,
+                      constraints=constraints, bytes_per_cycle=bytes_per_cycle, fit_only=fit_only)
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _build(name, fn, config, tensors, params, t0, *, dram_bytes, bus_bytes, constraints, bytes_per_cycle,
+           fit_only):
     word_bytes = 4 * config.lanes
     from .errata import check_complements, families
 
