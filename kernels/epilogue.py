@@ -1,13 +1,12 @@
 """A GEMM's fused epilogue: bias, per-channel requantization to int8, optional ReLU, on chip
 before the store (docs/kernels.md, "The GEMM epilogue").
 
-Once a tile row's accumulators are final, the vector unit runs two VECs per C tile, in place:
-``IADD`` adds the tile's bias word (LANE: lane j = column j's int32 bias) and ``REQUANT`` turns
-the sum into int8 with the tile's parameter word (lane j = column j's fixed-point multiplier,
-shift and ReLU flag, golden.vector.requant_params). The last of them signals C_READY, so the
-store reads requantized words. The bias and parameter words of every tile column (2 * TN
-accumulator words) are loaded once, by DMA, into the top of the accumulator SRAM, below which
-the planner keeps the C tiles.
+:class:`Epilogue` is what a caller gives ``kernels.gemm.gemm``: the tile-language GEMM
+(kernels/tiled/gemm.py) adds each C tile row's bias word (lane j = column j's int32 bias, VEC
+IADD) and requantizes the sum in place with its parameter word (lane j = column j's fixed-point
+multiplier, shift and ReLU flag, golden.vector.requant_params; VEC REQUANT) before the row's
+store. The bias and parameter words of every tile column (2 * TN accumulator words) stay in the
+accumulator SRAM for the whole run, which bounds N (:func:`max_columns`).
 
 The results travel as int32 lanes holding the int8 values (sign-extended): the DMA store moves
 whole accumulator words, so the C traffic is that of an int32 GEMM.
@@ -20,9 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from golden.vector import requant_params
-from rtl.isa import VecB, VecOp, vec
 
-__all__ = ["Epilogue", "epilogue_vecs", "max_columns"]
+__all__ = ["Epilogue", "max_columns"]
 
 
 def max_columns(config) -> int:
@@ -60,20 +58,3 @@ class Epilogue:
         out[0, :n] = self.bias.view(np.uint32)
         out[1, :n] = requant_params(self.scale, self.relu)
         return out.reshape(2 * tiles, lanes)
-
-
-def epilogue_vecs(slots: range, rows: int, bias_word: int, param_word: int, signal: int | None,
-                  wait: int | None = None) -> list[int]:
-    """The VECs of one tile row: per slot (a C tile of ``rows`` accumulator words at ``slot *
-    rows``), IADD with its bias word and REQUANT with its parameter word; ``bias_word`` /
-    ``param_word`` belong to the first slot, the next slots take the words after. The last VEC
-    signals ``signal``; the first waits on ``wait``."""
-    out = []
-    for i, slot in enumerate(slots):
-        at = slot * rows
-        out.append(vec(VecOp.IADD, a=at, b=bias_word + i, count=rows, dst=at, b_form=VecB.LANE,
-                       wait=wait if i == 0 else None))
-        last = i == len(slots) - 1
-        out.append(vec(VecOp.REQUANT, a=at, b=param_word + i, count=rows, dst=at, b_form=VecB.LANE,
-                       signal=signal if last else None))
-    return out

@@ -26,7 +26,7 @@ async def gemm_sum(dev: KernelDevice, a: np.ndarray, b: np.ndarray, *, mitigatio
                    budget_cycles: int | None = None):
     """Returns ``(c, total, stats)`` with ``total`` = wrap-around int32 sum of ``c``."""
     a, b = check_gemm_operands(a, b)
-    spec = get("tgemm")
+    spec = get("gemm")
     p = spec.resolve({"m": a.shape[0], "n": b.shape[1], "k": a.shape[1], "epilogue": "sum"})
     out, stats = await run_spec(dev, spec, p, {"a": a, "b": b}, mitigations=mitigations, budget_cycles=budget_cycles)
     return out["c"], np.int32(out["total"][0, 0]), stats

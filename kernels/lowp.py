@@ -22,10 +22,9 @@ from golden import quant
 from rtl.isa import BLOCK, Format
 from workarounds import Mitigations
 
-from .gemm import GEMM_UNITS, gemm, gemm_compulsory_bytes, new_host_counts, plan_for, prepare_operands, run_tile_groups
-from .layout import bytes_to_words
-from .roofline import ideal_cycles
-from .stats import KernelStats, Measure
+from .gemm import gemm
+from .stats import KernelStats
+from .tile.spec import get, run_spec
 
 if TYPE_CHECKING:  # the protocol of the device surface a kernel uses
     from cosim.device import KernelDevice
@@ -80,7 +79,8 @@ def _check_float(name, x):
 
 async def mx_gemm_codes(dev: KernelDevice, a_codes, b_codes, a_scales, b_scales, fmt: str, *, mitigations: Mitigations,
                         k_chunk=None, budget_cycles=None) -> tuple[np.ndarray, KernelStats]:
-    """Run element codes (M,K)/(K,N) with E8M0 block scales (M,K/32)/(K/32,N) on the FP path.
+    """Run element codes (M,K)/(K,N) with E8M0 block scales (M,K/32)/(K/32,N) on the FP path: the
+    tile-language kernel kernels/tiled/lowp.py.
 
     Returns ``(bits uint32 (M,N), stats)``; ``stats.chunks`` lists the K length of each MATMUL
     so ``golden.mx.mx_matmul_bits(..., chunks=...)`` reproduces the bits.
@@ -94,32 +94,22 @@ async def mx_gemm_codes(dev: KernelDevice, a_codes, b_codes, a_scales, b_scales,
     n = b_codes.shape[1]
     if k % BLOCK or b_codes.shape[0] != k:
         raise ValueError(f"K must match and be a multiple of {BLOCK} (pad with zeros), got {a_codes.shape} x {b_codes.shape}")
-    for name, arr, shape in (("a_scales", a_scales, (m, k // BLOCK)), ("b_scales", b_scales, (k // BLOCK, n))):
+    for name, arr, shape in (("a_codes", a_codes, (m, k)), ("b_codes", b_codes, (k, n)),
+                             ("a_scales", a_scales, (m, k // BLOCK)), ("b_scales", b_scales, (k // BLOCK, n))):
+        what = "E8M0 codes" if "scales" in name else f"{fmt} element codes"
         if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or arr.shape != shape:
-            raise ValueError(f"{name} must be uint8 E8M0 codes of shape {shape} (one per {BLOCK} K elements), "
+            raise ValueError(f"{name} must be uint8 {what} of shape {shape}, "
                              f"got {getattr(arr, 'dtype', type(arr).__name__)} {getattr(arr, 'shape', '')}")
-    plan = plan_for(cfg, mitigations.gemm, m, n, k, k_chunk=k_chunk, block=BLOCK, board=dev.board, fp=True)
-    a_words, b_words = prepare_operands(a_codes.view(np.int8), b_codes.view(np.int8), cfg, plan)
-    # scale words: per A panel and block, ROWS codes (byte i = row i); per B panel, COLS codes
-    sa = np.full((plan.tm * cfg.rows, k // BLOCK), 127, np.uint8)
-    sa[:m] = a_scales
-    sb = np.full((k // BLOCK, plan.tn * cfg.cols), 127, np.uint8)
-    sb[:, :n] = b_scales
-    sa_words = bytes_to_words(sa.reshape(plan.tm, cfg.rows, -1).transpose(0, 2, 1))
-    sb_words = bytes_to_words(sb.reshape(-1, plan.tn, cfg.cols).transpose(1, 0, 2))
-    out = np.zeros((plan.tm * cfg.rows, plan.tn * cfg.cols), np.uint32)
-    host = new_host_counts()
-    chunks = [min(plan.kc, k - k0) for k0 in range(0, k, plan.kc)]
-    extra = {"shape": [m, n, k], "format": fmt, "plan": plan.as_dict(), "chunks": chunks, "host": host}
-    # compulsory: one byte per code (E2M1 codes too: the operand SRAMs hold a byte per element),
-    # one scale byte per block of each operand, fp32 out
-    async with Measure(dev, f"gemm_{fmt}", ideal_cycles(cfg, m * n * k), extra, useful_macs=m * n * k,
-                       compulsory_bytes=gemm_compulsory_bytes(m, n, k) + (m + n) * (k // BLOCK)) as meas:
-        await run_tile_groups(dev, plan, a_words, b_words, out, constraints=mitigations.gemm, host=host,
-                              budget=budget_cycles, fp=(FMT_CODES[fmt], sa_words, sb_words))
-        await dev.check_no_error()
-    meas.stats.add_errata(mitigations.report(GEMM_UNITS))
-    return out[:m, :n].copy(), meas.stats
+    # a recipe of this format without a tensor scale: the codes and scales are given, not derived
+    recipe = "mxfp4-e2m1-floor" if fmt == "e2m1" else f"fp8-{fmt}-cast"
+    spec = get("tlowp")
+    p = spec.resolve({"m": m, "n": n, "k": k, "recipe": recipe, "kc": int(k_chunk or 0)})
+    ins = {"a": a_codes, "b": b_codes, "a_scales": a_scales, "b_scales": b_scales}
+    out, stats = await run_spec(dev, spec, p, ins, mitigations=mitigations, budget_cycles=budget_cycles)
+    kc = stats.plan["kc"]
+    stats.chunks = [min(kc, k - k0) for k0 in range(0, k, kc)]
+    stats.kernel = f"gemm_{fmt}"  # the format it ran, as the FP GEMM has always been named
+    return out["c"].view(np.uint32).copy(), stats
 
 
 async def gemm_lowp(dev: KernelDevice, a: np.ndarray, b: np.ndarray, recipe: str, *, mitigations: Mitigations, k_chunk=None,
@@ -147,35 +137,16 @@ async def gemm_lowp(dev: KernelDevice, a: np.ndarray, b: np.ndarray, recipe: str
         sb_row = np.asarray(sb, np.float64).reshape(1, -1) if axis_b is not None else float(sb)
         c = (c_int.astype(np.float64) * sa_col * sb_row).astype(np.float32)
     else:
-        ap = quant.pad_to_block(a, axis=1)
-        bp = quant.pad_to_block(b, axis=0)
-        kp = ap.shape[1]
-        tensor_scale = 1.0
+        from .tiled.lowp import quantize
+
+        q = quantize(a, b, recipe, flush)
+        ca, cb, a_sc, b_sc = q["a"], q["b"], q["a_scales"], q["b_scales"]
+        tensor_scale = q["tensor_scale"]  # applied to the fp32 result in software, in float64
         notes = []
-        if r.kind == "fp8" and not flush:
-            if r.granularity == "cast":
-                ca, ta = quant.quantize_elements(ap, r.fmt), 1.0
-                cb, tb = quant.quantize_elements(bp, r.fmt), 1.0
-            else:
-                ca, ta = quant.fp8_per_tensor(ap, r.fmt)
-                cb, tb = quant.fp8_per_tensor(bp, r.fmt)
-            a_sc = np.full((ap.shape[0], kp // BLOCK), 127, np.uint8)
-            b_sc = np.full((kp // BLOCK, bp.shape[1]), 127, np.uint8)
-            tensor_scale = float(ta) * float(tb)
-        else:
-            # MX recipes; and per-tensor FP8 on a chip that reads subnormals as zero (FL-NU-001):
-            # per-block power-of-two scales (rceil) keep the elements in the normal range.
-            rule = r.rule or "rceil"
-            ca, a_sc = quant.mx_quantize(ap, r.fmt, rule, axis=1)
-            cb, b_sc = quant.mx_quantize(bp, r.fmt, rule, axis=0)
-            if r.kind == "fp8":
-                notes.append(f"FL-NU-001: {r.granularity} FP8 ran with per-block rceil scales")
+        if flush and r.kind == "fp8":
+            notes.append(f"FL-NU-001: {r.granularity} FP8 ran with per-block rceil scales")
         if flush and r.fmt in ("e4m3", "e5m2"):
-            # ... and whatever is still subnormal is flushed in software, so the chip's reading
-            # of subnormals as zero cannot differ from what the golden computes.
-            ca, fa = quant.flush_subnormals(ca, r.fmt)
-            cb, fb = quant.flush_subnormals(cb, r.fmt)
-            notes.append(f"FL-NU-001: {fa + fb} subnormal codes flushed to zero in software")
+            notes.append(f"FL-NU-001: {q['flushed']} subnormal codes flushed to zero in software")
         bits, stats = await mx_gemm_codes(dev, ca, cb, a_sc, b_sc, r.fmt, mitigations=mitigations, k_chunk=k_chunk,
                                           budget_cycles=budget_cycles)
         c = (bits.view(np.float32).astype(np.float64) * tensor_scale).astype(np.float32)

@@ -119,3 +119,26 @@ def units_busy_cycles(cfg, cmds: list[int]) -> int:
         elif d["opcode"] == Opcode.VEC:
             total += d["length"] + 2
     return total
+
+
+def serial_cycles_bound(cfg, board, cmds: list[int]) -> int:
+    """Cycles ``cmds`` would take if nothing overlapped: every MATMUL's feed and drain, every REDUCE
+    and VEC, every DMA's bytes (counted at the widest word, 4 x LANES bytes) at the board's
+    bandwidth plus its latency. An upper bound of a healthy run, so a watchdog budget scaled from it
+    fires on a hung chip and never on a long kernel."""
+    total = 0.0
+    word = 4 * cfg.lanes
+    for c in cmds:
+        d = decode(c)
+        op = d["opcode"]
+        if op == Opcode.MATMUL:
+            total += max(d["length"], cfg.min_matmul_cycles) + drain_cycles(cfg)
+        elif op == Opcode.REDUCE:
+            total += cfg.reduce_busy_cycles(d["length"])
+        elif op == Opcode.VEC:
+            total += d["length"] + 2
+        elif op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
+            total += d["length"] * max(1, d["arg1"]) * word / board.bytes_per_cycle + board.latency
+        else:
+            total += 1
+    return math.ceil(total)

@@ -40,7 +40,7 @@ class KernelStats:
     shape: list[int] = field(default_factory=list)
     host: dict = field(default_factory=dict)  # host-side work: words loaded, commands, waits
     useful_macs: int | None = None
-    plan: dict | None = None  # the GEMM plan (kernels.gemm.GemmPlan.as_dict)
+    plan: dict | None = None  # the tiling: a GEMM's kernels.gemm_plan.GemmPlan.as_dict, a tile kernel's kernel_args
     predicted_cycles: int | None = None  # the schedule model's prediction
     op: str | None = None  # reductions
     format: str | None = None  # FP GEMMs

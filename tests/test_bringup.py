@@ -301,7 +301,7 @@ def test_performance_verdict_names_the_term_that_grew():
     import math
 
     from firstlight.bringup.performance import TOLERANCE, compare
-    from kernels.gemm import GemmPlan
+    from kernels.gemm_plan import GemmPlan
 
     cfg = ChipConfig(formats=("int8",), vector=False)
     board = BoardConfig().resolve(cfg)  # 1 B/cycle, latency 32

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import SEED
-from kernels.gemm import plan_gemm
+from kernels.gemm_plan import plan_gemm
 from rtl.board import PAGE_BYTES, BoardConfig
 from rtl.config import ChipConfig
 from rtl.isa import DmaQueue, Opcode, decode, dma_load, dma_store, dma_stride, matmul, pack_command
@@ -458,3 +458,18 @@ def test_reports_say_what_cannot_arise_and_what_was_forced_on():
     forced = workarounds.attach(dev("B0", ChipConfig()), {"FL-ME-002": "on"}, warn=False).report(tuple(workarounds.Unit))
     assert "FL-ME-002" in forced["mitigations"]
     assert forced["errata_status"]["FL-ME-002"].startswith("Not affected (mitigation forced on: ")
+
+
+def test_every_tile_cell_names_a_declared_kernel_with_parameters_it_takes():
+    """workarounds/lint.py checks a TileCell's shape only (workarounds sits below kernels); here the
+    kernel's declaration resolves each one, so a renamed kernel or parameter fails before a matrix run."""
+    from kernels.tile.spec import registry
+    from workarounds.cells import TileCell
+
+    reg = registry()
+    cells = [c for e in ERRATA for field in (e.cell, e.tile_cell) if field is not None
+             for c in (field if isinstance(field, tuple) else (field,)) if isinstance(c, TileCell)]
+    assert cells
+    for c in cells:
+        assert c.name in reg, c
+        reg[c.name].resolve(dict(c.params))

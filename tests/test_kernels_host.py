@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.gemm import plan_gemm
+from kernels.gemm_plan import plan_gemm
 from kernels.layout import int32_to_words, pack_a_panels, pack_b_panels, words_to_int32
 from kernels.validate import check_matrix
 from rtl.config import ChipConfig

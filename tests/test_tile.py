@@ -162,10 +162,10 @@ def _compiled(name: str, params: dict, config=CHIP, constraints=None):
     return spec.compile(p, config, BoardConfig().resolve(config), constraints)
 
 
-CASES = [("tgemm", {"m": 12, "n": 8, "k": 9, "kc": 4}), ("tgemm", {"m": 32, "n": 24, "k": 24, "ga": 4, "gb": 2, "kc": 8}),
-         ("tgemm", {"m": 21, "n": 19, "k": 17, "ga": 3, "gb": 2, "kc": 8}),
-         ("tgemm", {"m": 21, "n": 19, "k": 17, "epilogue": "requant"}),
-         ("tgemm", {"m": 32, "n": 24, "k": 40, "ga": 3, "gb": 2, "kc": 8, "epilogue": "relu"}),
+CASES = [("gemm", {"m": 12, "n": 8, "k": 9, "kc": 4}), ("gemm", {"m": 32, "n": 24, "k": 24, "ga": 4, "gb": 2, "kc": 8}),
+         ("gemm", {"m": 21, "n": 19, "k": 17, "ga": 3, "gb": 2, "kc": 8}),
+         ("gemm", {"m": 21, "n": 19, "k": 17, "epilogue": "requant"}),
+         ("gemm", {"m": 32, "n": 24, "k": 40, "ga": 3, "gb": 2, "kc": 8, "epilogue": "relu"}),
          ("flash_attention", {"seq": 9, "dim": 8, "causal": True}),
          ("flash_attention", {"seq": 13, "dim": 8, "nq": 2, "tk": 8}),
          ("softmax", {"rows": 7, "cols": 13}), ("softmax", {"rows": 9, "cols": 100, "tile_rows": 2}),

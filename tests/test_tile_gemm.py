@@ -25,7 +25,7 @@ CHIP = ChipConfig()
 
 
 def _compile(config=CHIP, **kw):
-    spec = registry()["tgemm"]
+    spec = registry()["gemm"]
     return spec.compile(spec.resolve(kw), config, BoardConfig().resolve(config))
 
 
@@ -120,7 +120,7 @@ CASES = [
 
 def _repro(params, rev, sim, extremes):
     flags = " ".join(f"--{k} {v}" for k, v in params.items())
-    return f"firstlight run tgemm {flags} --rev {rev} --sim {sim} --seed {SEED}" + (" --extremes" if extremes else "")
+    return f"firstlight run gemm {flags} --rev {rev} --sim {sim} --seed {SEED}" + (" --extremes" if extremes else "")
 
 
 def _run(cases, rev, sim):
@@ -128,7 +128,7 @@ def _run(cases, rev, sim):
     from cosim.jobs import run_job
     from firstlight.jobs.tile import tile_cases_job
 
-    results = run_job(tile_cases_job, {"cases": [["tgemm", p, x] for p, x in cases], "seed": SEED},
+    results = run_job(tile_cases_job, {"cases": [["gemm", p, x] for p, x in cases], "seed": SEED},
                       variant=Variant(config=CHIP, revision=rev), sim=sim).value
     assert len(results) == len(cases)
     bad = [(r, _repro(p, rev, sim, x)) for r, (p, x) in zip(results, cases) if not r["passed"]]
@@ -154,7 +154,7 @@ def test_gemm_epilogue_bit_exact_icarus():
 
 
 def test_golden_relu_is_requant_clamped_at_zero():
-    spec = registry()["tgemm"]
+    spec = registry()["gemm"]
     p = spec.resolve({"m": 9, "n": 7, "k": 30, "epilogue": "requant"})
     ins = spec.inputs(p, SEED, False)
     q = spec.golden(ins, p, 4)["c"]

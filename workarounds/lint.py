@@ -15,7 +15,7 @@ from golden.quant import RECIPES
 from rtl.isa import ReduceOp
 from rtl.revisions import REVISIONS, Defect
 
-from .cells import CELL_TYPES, AttentionCell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, VecCell
+from .cells import CELL_TYPES, AttentionCell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, TileCell, VecCell
 from .constraints import knob_problems
 from .passes import PASSES
 from .registry import ASSESSED_REVISIONS, CATEGORIES, ERRATA, ID_PREFIXES, NEEDS, Unit, Erratum
@@ -31,6 +31,12 @@ def cell_problems(cell) -> list[str]:
     if not isinstance(cell, CELL_TYPES):
         return [f"cell {cell!r} is not one of {', '.join(c.__name__ for c in CELL_TYPES)}"]
     out = []
+    if isinstance(cell, TileCell):  # its kernel's declaration checks the values (kernels sit above workarounds)
+        if not isinstance(cell.name, str) or not cell.name:
+            return [f"tile cell: the kernel name must be a non-empty string, not {cell.name!r}"]
+        if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in cell.params):
+            return [f"tile cell {cell.name}: params must be (name, value) pairs, not {cell.params!r}"]
+        return []
     dims = (("m", "n", "k") if isinstance(cell, (GemmCell, GemmSumCell, LowpCell))
             else ("rows", "words", "pitch") if isinstance(cell, DmaCell)
             else ("seq", "dim") if isinstance(cell, AttentionCell) else ("rows", "cols"))

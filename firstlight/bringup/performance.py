@@ -1,5 +1,5 @@
 """The performance stage's verdict: a GEMM's measured cycles against what the GEMM planner's own
-schedule model predicts for that plan on that chip and board (``kernels/gemm.py``).
+schedule model predicts for that plan on that chip and board (``kernels/gemm_plan.py``).
 
 The model (:func:`schedule_model`) is the planner's: the MATMULs' feed occupancy plus one drain
 per wait (``GemmPlan.predicted_cycles``), the plan's DRAM traffic (``plan_traffic``), and the
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kernels.gemm import GemmPlan, plan_traffic
+from kernels.gemm_plan import GemmPlan, plan_traffic
 from rtl.board import BoardConfig
 from rtl.config import ChipConfig
 

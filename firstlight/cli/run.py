@@ -46,7 +46,7 @@ __all__ = ["add_parser", "cmd"]
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options ``run gemm``, ``run attention`` and the tile-language kernels share."""
+    """The options ``run attention`` and the tile-language kernels share."""
     add_sim_option(p, help=f"simulator to run on (default: {DEFAULT_SIM})")
     add_array_option(p, help="systolic array size, e.g. 4x4 (default) or 8x8")
     add_seed_option(p, help="seed for the random operands (default: 1)")
@@ -76,21 +76,6 @@ def add_parser(subparsers) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     run.set_defaults(handler=cmd)
     run_sub = run.add_subparsers(dest="kernel", required=True, metavar="KERNEL")
-    g = run_sub.add_parser("gemm", help="int8 x int8 -> int32 GEMM, C = A(MxK) @ B(KxN)", epilog=EPILOG,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    g.add_argument("--m", type=positive, required=True, help="rows of A and C")
-    g.add_argument("--n", type=positive, required=True, help="columns of B and C")
-    g.add_argument("--k", type=positive, required=True, help="inner dimension")
-    g.add_argument("--no-double-buffer", dest="double_buffer", action="store_false",
-                   help="one operand buffer: DMA and MATMULs take turns instead of overlapping (to measure the "
-                        "overlap's worth)")
-    g.add_argument("--epilogue", choices=("requant", "relu"), default=None,
-                   help="fuse an epilogue into the GEMM, on the vector unit before the store: 'requant' adds a "
-                        "seeded int32 bias per column and requantizes to int8 with per-column scales calibrated "
-                        "on the data (fixed-point multiplier and shift, round half away from zero); 'relu' does "
-                        "the same and clamps at 0. Checked bit for bit against golden.epilogue, SQNR against "
-                        "float64 (default: none, the int32 result)")
-    _add_run_options(g)
     _add_tile_kernels(run_sub)
     from golden.attention_recipes import ATTENTION_RECIPES
 
@@ -158,7 +143,9 @@ def _tile_kernel(args, variant):
         compiled = spec.compile(p, variant.config, variant.resolved_board, constraints)
     except (ValueError, TileError, KernelRefused) as e:
         raise CannotStart(f"run {spec.name}: {e}") from None
-    shape = " ".join(f"{k}={v}" for k, v in p.items() if k in ("rows", "cols"))
+    # the problem's dimensions, then whatever was set away from its default
+    shape = " ".join(f"{prm.name}={p[prm.name]}" for prm in spec.params
+                     if prm.shape or p[prm.name] != prm.default)
     return tile_jobs.tile_job, {"kernel": spec.name, "params": p}, shape, compiled
 
 
@@ -176,9 +163,6 @@ def _dram_need(args, cfg) -> tuple[int, str] | None:
     def up(x: int, q: int) -> int:
         return -(-x // q) * q
 
-    if args.kernel == "gemm":
-        m, n, k = up(args.m, cfg.rows), up(args.n, cfg.cols), args.k
-        return m * k + k * n + 4 * m * n, f"A ({args.m}x{k} int8), B ({k}x{args.n} int8) and C (int32)"
     if args.kernel == "attention":
         s, d = up(args.seq, cfg.rows), up(args.dim, cfg.lanes)
         return 3 * s * d + 4 * s * d, f"Q, K, V ({args.seq}x{args.dim} int8) and O (fp32)"
@@ -241,20 +225,7 @@ def cmd(args) -> int:
     # imported once the arguments are known good, so that a bad one exits 2 quickly
     from firstlight.jobs import kernels as kernel_jobs
 
-    if args.kernel == "gemm":
-        if args.epilogue and not variant.config.vector:
-            raise CannotStart("--epilogue runs on the vector unit, and this chip is built without it (--no-vector)")
-        if args.epilogue:
-            from kernels.epilogue import max_columns
-
-            if args.n > max_columns(variant.config):
-                raise CannotStart(f"--epilogue keeps two parameter words per {variant.config.cols} columns in the "
-                                  f"accumulator SRAM ({variant.config.acc_depth} words), so --n can be at most "
-                                  f"{max_columns(variant.config)}; got {args.n}")
-        job, kwargs = kernel_jobs.gemm_job, {"m": args.m, "n": args.n, "k": args.k,
-                                             "double_buffer": args.double_buffer, "epilogue": args.epilogue}
-        shape = f"{args.m}x{args.n}x{args.k}"
-    elif args.kernel == "attention":
+    if args.kernel == "attention":
         if not variant.config.vector:
             raise CannotStart("attention needs the vector unit, and this chip is built without it")
         from kernels.attention import plan_attention

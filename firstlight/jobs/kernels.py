@@ -110,13 +110,6 @@ async def bench_job(dev, emit, shapes: list[list[int]], seed: int, errata_policy
     for m, n, k in shapes:
         for db in double_buffer:
             r = await gemm_job(dev, emit, m, n, k, seed, errata_policy=errata_policy, double_buffer=db, trace=trace)
-            tile = None
-            if db:  # the same GEMM in the tile language, beside the hand-written stream
-                from .tile import tile_job
-
-                t = await tile_job(dev, emit, "tgemm", {"m": m, "n": n, "k": k}, seed, errata_policy=errata_policy)
-                tile = {"cycles": t["stats"]["cycles"], "passed": t["passed"],
-                        "compile_s": t["stats"]["host"]["compile_s"]}
-            emit({"type": "bench", "shape": [m, n, k], "double_buffer": db, **r, "tile": tile})
+            emit({"type": "bench", "shape": [m, n, k], "double_buffer": db, **r})
             out += 1
     return {"runs": out}

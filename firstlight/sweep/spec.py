@@ -206,9 +206,6 @@ class Kind:
 
 
 WORKLOAD_KINDS = {
-    "gemm": Kind(("m", "n", "k"), {"epilogue": None, "double_buffer": True},
-                 summary="int8 GEMM C = A(MxK) B(KxN), int32 result (epilogue: \"requant\" or \"relu\", on the "
-                         "vector unit)"),
     "gemm_lowp": Kind(("m", "n", "k", "recipe"), summary="a float GEMM quantized by a golden/quant.py recipe "
                       "(int8-*, fp8-*, mxfp8-*, mxfp4-*); an FP recipe needs its format on the chip"),
     "attention": Kind(("seq", "dim"), {"causal": False, "recipe": "int8"}, vector=True,
@@ -251,7 +248,7 @@ class Workload:
 
 def default_name(kind: str, p: dict) -> str:
     if kind == "gemm":
-        return f"gemm-{p['m']}x{p['n']}x{p['k']}" + (f"-{p['epilogue']}" if p["epilogue"] else "")
+        return f"gemm-{p['m']}x{p['n']}x{p['k']}" + (f"-{p['epilogue']}" if p["epilogue"] != "none" else "")
     if kind == "gemm_lowp":
         return f"gemm-{p['m']}x{p['n']}x{p['k']}-{p['recipe']}"
     if kind == "attention":
@@ -293,8 +290,6 @@ def _workload(table, i: int, seed: int) -> Workload:
         v = p[key]
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise SpecError(f"{where}: {key} must be a positive integer, not {v!r}")
-    if kind == "gemm" and p["epilogue"] not in (None, "requant", "relu"):
-        raise SpecError(f"{where}: epilogue must be \"requant\" or \"relu\" (or absent), not {p['epilogue']!r}")
     if kind not in WORKLOAD_KINDS:  # a tile-language kernel: its declaration checks its parameters
         from kernels.tile.spec import get
 
@@ -338,13 +333,14 @@ def not_applicable(design: Design, w: Workload) -> str | None:
     """Why ``w`` cannot run on ``design`` (the design lacks something it needs), or None."""
     cfg, p = design.variant.config, w.p
     board = design.variant.resolved_board
-    if (workload_kinds()[w.kind].vector or (w.kind == "gemm" and p["epilogue"])) and not cfg.vector:
+    if workload_kinds()[w.kind].vector and not cfg.vector:
         return "needs the vector unit"
-    if w.kind == "gemm" and p["epilogue"]:
-        from kernels.epilogue import max_columns
+    if w.kind not in WORKLOAD_KINDS:  # a tile-language kernel: its declaration says why it refuses
+        from kernels.tile.spec import get
 
-        if p["n"] > max_columns(cfg):
-            return f"an epilogue GEMM takes n <= {max_columns(cfg)} on this accumulator SRAM"
+        why = get(w.kind).refusal(cfg, p)
+        if why:
+            return why
     if w.kind in ("gemm", "gemm_lowp"):
         need = _up(p["m"], cfg.rows) * p["k"] + p["k"] * _up(p["n"], cfg.cols) + 4 * _up(p["m"], cfg.rows) * _up(p["n"], cfg.cols)
         if w.kind == "gemm_lowp":

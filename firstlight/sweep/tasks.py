@@ -141,9 +141,6 @@ def job_for(kind: str, p: dict, seed: int):
 
     from . import jobs
 
-    if kind == "gemm":
-        return k.gemm_job, {"m": p["m"], "n": p["n"], "k": p["k"], "seed": seed, "double_buffer": p["double_buffer"],
-                            "epilogue": p["epilogue"]}
     if kind == "gemm_lowp":
         return jobs.gemm_lowp_job, {"m": p["m"], "n": p["n"], "k": p["k"], "recipe": p["recipe"], "seed": seed}
     if kind == "attention":

@@ -100,7 +100,7 @@ def layout(order: list[Op], constraints) -> None:
             op.args["a_view"].offset = a.offset + op.args["p"] * a.row_stride
 
 
-SPACER_K = 2  # a spacer MATMUL's steps: not 1 (FL-ME-001), and as short as that allows
+from kernels.gemm_plan import SPACER_K  # noqa: E402  (a spacer MATMUL's steps: not 1, FL-ME-001)
 
 
 def reserved(constraints) -> dict[str, tuple[int, int]]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from golden.vector import row_words
 
-from kernels.roofline import units_busy_cycles
+from kernels.roofline import serial_cycles_bound, units_busy_cycles
 from kernels.layout import a_panel_bytes, b_panel_bytes, tiles_to_matrix
 
 from .compiler import Compiled, compile_trace
@@ -45,6 +45,19 @@ class TensorSpec:
     role: str = "in"
     layout: str = "rows"
     scales: str | None = None
+
+
+def check_dram(config, tensors: list[TensorSpec], dram_bytes: int, bus_bytes: int) -> None:
+    """Raise the TileError placement would if the tensors cannot all fit the board's DRAM: before
+    a planner or the tracer spends any time on a problem that cannot run."""
+    from .compiler import _place_dram
+
+    with tracing(config.lanes, 4 * config.lanes, config.vector, config) as tr:
+        for t in tensors:
+            if t.dtype not in DTYPES:
+                raise TileError(f"tensor {t.name}: dtype must be one of {', '.join(DTYPES)}, not {t.dtype!r}")
+            tr.tensor(t.name, t.rows, t.cols, t.dtype, t.pad, t.role, layout=t.layout)
+    _place_dram(tr.tensors, dram_bytes, bus_bytes)
 
 
 def fits(fn, config, tensors: list[TensorSpec], params: dict, constraints=None) -> None:
@@ -140,6 +153,8 @@ async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: in
         elif t.role == "scratch":  # words the kernel never stores (padding an erratum added) read as pad
             fill = np.full(t.nbytes // 4, t.pad, np.uint32)
             dev.dram_write(buf, (~fill if t.complement else fill).astype("<u4"))
+    if budget_cycles is None:  # the device's watchdog, or twice the stream's serial bound if that is longer
+        budget_cycles = max(dev.default_budget(), 2 * serial_cycles_bound(dev.config, dev.board, c.commands))
     await dev.submit(c.commands, budget_cycles)
     await dev.wait_idle(budget_cycles)
     return {t.name: unpack(t, dev.dram_read(t.dram, t.nbytes), dev.config) for t in c.tensors if t.role == "out"}

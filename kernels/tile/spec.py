@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from .ir import TileError
-from .runtime import TensorSpec, build, run, units_busy_cycles
+from .runtime import TensorSpec, build, check_dram, run, units_busy_cycles
 
 __all__ = ["Param", "Target", "KernelSpec", "registry", "get", "run_spec", "call", "KernelRefused"]
 
@@ -156,6 +156,7 @@ class KernelSpec:
         fam = families(constraints)
         lowp = lowp if lowp is not None else fam.get("lowp")
         target = Target(config, board, fam.get("gemm"), lowp)
+        check_dram(config, self.tensors(params), board.dram_bytes, board.bus_bytes)
         args = self.kernel_args(params, target)
         c = build(self.name, self.source, config, self.tensors(params), args,
                   dram_bytes=board.dram_bytes, bus_bytes=board.bus_bytes, constraints=constraints,

@@ -9,14 +9,14 @@ from __future__ import annotations
 from kernels import tile
 
 
-def gemm(a, b, *rest, ga: int, gb: int, kc: int, total: bool = False):
+def gemm(a, b, *rest, ga: int, gb: int, kc: int, total: bool = False, stages: int = 2):
     *epilogue, c = rest[:-1] if total else rest  # (bias, qparams): an int32 word per C tile column, lane j for column j
     bias, qparams = [tile.load(t[0]) for t in epilogue] or (None, None)
     K, per_row = a.steps, -(-b.panels // gb)
     partials = tile.scratch("partials", 1, -(-a.panels // ga) * per_row) if total else None  # a word per group
     steps = [(i, j, k) for i in range(0, a.panels, ga) for j in range(0, b.panels, gb) for k in range(0, K, kc)]
     acc = None
-    for i, j, k in tile.pipeline(steps, stages=2):
+    for i, j, k in tile.pipeline(steps, stages=stages):
         bt = tile.load(b[j:j + gb, k:k + kc])
         acc = tile.matmul(tile.load(a[i:i + ga, k:k + kc]), bt, acc if k else None)
         if k + kc < K:
@@ -98,8 +98,8 @@ def _reference(i, p):
     return {"c": np.maximum(y, 0.0) if p["epilogue"] == "relu" else y}
 
 
-def _args(p, t, block: int = 1, acc_reserved: int = 0, nbuf: int = 2):
-    """Tile groups and K chunk from the GEMM planner (kernels/gemm.py plan_gemm) for the SRAM the
+def _args(p, t, block: int = 1, acc_reserved: int = 0, nbuf: int | None = None):
+    """Tile groups and K chunk from the GEMM planner (kernels/gemm_plan.py plan_gemm) for the SRAM the
     errata passes leave (FL-ME-002: a word more per A panel and the spacers' words; FL-SR-001:
     B's top word), unless
     given. Candidates: groups that fill the accumulator SRAM or half of it (the next group's
@@ -108,8 +108,9 @@ def _args(p, t, block: int = 1, acc_reserved: int = 0, nbuf: int = 2):
     blocks, kernels/tiled/lowp.py), whose FL-ME-002 gaps are FENCEs; ``acc_reserved``: accumulator
     words the kernel keeps for itself (a scalar); ``nbuf``: operand buffers (2: double buffering,
     1: the chunks take turns with their loads)."""
-    from kernels.gemm import plan_gemm
+    from kernels.gemm_plan import plan_gemm
 
+    nbuf = nbuf or p.get("stages", 2)
     cfg, cons = t.config, t.constraints
     extra = 1 if cons is not None and cons.repeat_first_a_word else 0
     spacer = 2 * extra  # FL-ME-002's spacers: A words below the first buffer, zero B words (kernels/tile/errata.py)
@@ -148,6 +149,8 @@ def _args(p, t, block: int = 1, acc_reserved: int = 0, nbuf: int = 2):
     bga, bgb = -(-tm // -(-tm // best.ga)), -(-tn // -(-tn // best.gb))
     ga, gb = p["ga"] or bga, p["gb"] or bgb
     total = {"total": True} if p["epilogue"] == "sum" else {}
+    if nbuf == 1:
+        total["stages"] = 1
     if (ga, gb) == (bga, bgb):
         return {"ga": ga, "gb": gb, "kc": best.kc, **total}
     # groups given: the longest chunk (at most kc) their buffers hold, no trailing one-step chunk
@@ -160,20 +163,36 @@ def _args(p, t, block: int = 1, acc_reserved: int = 0, nbuf: int = 2):
     return {"ga": ga, "gb": gb, "kc": max(kc, 1), **total}
 
 
+def _requires(p, config):
+    """An epilogue runs on the vector unit and keeps two words per C tile column in the
+    accumulator SRAM (kernels/epilogue.py max_columns)."""
+    from kernels.epilogue import max_columns
+
+    if p["epilogue"] in _QUANT and not config.vector:
+        return (f"epilogue {p['epilogue']} runs on the vector unit, and this chip was built without it "
+                "(vector=False; --no-vector)")
+    if p["epilogue"] in _QUANT and p["n"] > max_columns(config):
+        return (f"epilogue {p['epilogue']} keeps two parameter words per {config.cols} columns in the accumulator "
+                f"SRAM ({config.acc_depth} words), so n can be at most {max_columns(config)}; got {p['n']}")
+    return None
+
+
 SPECS = [KernelSpec(
-    name="tgemm", summary="int8 x int8 -> int32 GEMM written in the tile language, C = A(MxK) @ B(KxN)",
+    name="gemm", summary="int8 x int8 -> int32 GEMM written in the tile language, C = A(MxK) @ B(KxN)",
     source=gemm,
     params=(Param("m", int, 64, "rows of A and C", 1, 4096, shape=True),
             Param("n", int, 64, "columns of B and C", 1, 4096, shape=True),
-            Param("k", int, 64, "the inner dimension", 1, 65535, shape=True),
+            Param("k", int, 64, "the inner dimension", 1, 1 << 20, shape=True),
             Param("ga", int, 0, "tile rows per group (0: the planner's)", 0, 4096),
             Param("gb", int, 0, "tiles per group row (0: the planner's)", 0, 4096),
             Param("kc", int, 0, "at most this many K steps per chunk (0: the planner's choice)", 0, 65535),
             Param("epilogue", str, "none", "on the vector unit before each store: 'requant' adds an int32 bias "
                   "per column and requantizes to int8 by per-column scales; 'relu' the same, clamped at 0; 'sum': C "
                   "and the wrapping int32 sum of all of it (a REDUCE per tile group behind its MATMULs)",
-                  choices=EPILOGUES)),
-    tensors=_tensors, inputs=_inputs, golden=_golden, reference=_reference,
+                  choices=EPILOGUES),
+            Param("stages", int, 2, "operand buffers: 2 loads the next K chunk while this one multiplies, 1 makes "
+                  "loads and MATMULs take turns (what the overlap is worth)", 1, 2)),
+    tensors=_tensors, inputs=_inputs, golden=_golden, reference=_reference, requires=_requires,
     kernel_args=_args, macs=lambda p: p["m"] * p["n"] * p["k"],
     shape_from={"m": ("a", 0), "k": ("a", 1), "n": ("b", 1)}, needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA", "REDUCE"), aten="aten::mm",
     bench=({"m": 256, "n": 256, "k": 256}, {"m": 4, "n": 512, "k": 512}),

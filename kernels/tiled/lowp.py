@@ -43,8 +43,8 @@ FP_RECIPES = tuple(n for n, r in quant.RECIPES.items() if r.kind != "int8")
 def _recipe(p):
     r = quant.recipe(p["recipe"])
     if r.kind == "int8":
-        raise TileError(f"tlowp runs the FP path; recipe {p['recipe']} is int8: run it with tgemm "
-                        f"(firstlight run tgemm), dequantizing on the host as kernels/lowp.py does")
+        raise TileError(f"tlowp runs the FP path; recipe {p['recipe']} is int8: run it with gemm "
+                        f"(firstlight run gemm), dequantizing on the host as kernels/lowp.py does")
     return r
 
 
@@ -67,7 +67,8 @@ def quantize(a: np.ndarray, b: np.ndarray, recipe: str, flush: bool = False) -> 
     """The recipe on the host, as kernels/lowp.py runs it: K padded to whole blocks; per-tensor /
     cast FP8 with unit block scales (and the product of the tensor scales), MX with its rule.
     ``flush`` (FL-NU-001, the chip reads FP8 subnormals as zero): FP8 takes per-block rceil
-    scales, and any code still subnormal is flushed to zero, so the chip and the golden agree."""
+    scales, and any code still subnormal is flushed to zero, so the chip and the golden agree
+    (``flushed``: how many codes were; ``tensor_scale``: the float64 product of the tensor scales)."""
     r = quant.recipe(recipe)
     ap, bp = quant.pad_to_block(a, axis=1), quant.pad_to_block(b, axis=0)
     kp = ap.shape[1]
@@ -84,10 +85,12 @@ def quantize(a: np.ndarray, b: np.ndarray, recipe: str, flush: bool = False) -> 
         rule = r.rule or "rceil"
         ca, sa = quant.mx_quantize(ap, r.fmt, rule, axis=1)
         cb, sb = quant.mx_quantize(bp, r.fmt, rule, axis=0)
+    flushed = 0
     if flush and r.fmt in ("e4m3", "e5m2"):
-        ca, _ = quant.flush_subnormals(ca, r.fmt)
-        cb, _ = quant.flush_subnormals(cb, r.fmt)
-    out = {"a": ca, "b": cb, "a_scales": sa, "b_scales": sb}
+        ca, fa = quant.flush_subnormals(ca, r.fmt)
+        cb, fb = quant.flush_subnormals(cb, r.fmt)
+        flushed = fa + fb
+    out = {"a": ca, "b": cb, "a_scales": sa, "b_scales": sb, "flushed": flushed, "tensor_scale": ts}
     if r.kind == "fp8" and r.granularity == "tensor":
         out["tscale"] = np.array([[ts]], np.float32)
     return out
@@ -178,7 +181,7 @@ SPECS = [KernelSpec(
             Param("n", int, 64, "columns of B and C", 1, 4096, shape=True),
             Param("k", int, 256, "the inner dimension (zero-padded to a multiple of 32)", 1, 65535, shape=True),
             Param("recipe", str, "mxfp8-e4m3-rceil", "the quantization recipe (golden/quant.py; the int8 ones run "
-                  "with tgemm)", choices=tuple(quant.RECIPES)),
+                  "with gemm)", choices=tuple(quant.RECIPES)),
             Param("ga", int, 0, "tile rows per group (0: the planner's)", 0, 4096),
             Param("gb", int, 0, "tiles per group row (0: the planner's)", 0, 4096),
             Param("kc", int, 0, "at most this many K steps per chunk, whole blocks of 32 (0: the planner's)",
