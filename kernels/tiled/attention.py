@@ -119,7 +119,7 @@ def _reference(ins, p):
     return {"ot": attention_reference(*ins["fp32"], p["causal"]).T}
 
 
-_SHAPES = ((8, 32), (8, 16), (8, 12), (4, 16), (4, 12), (8, 8), (4, 8), (2, 8), (1, 8), (1, 4))  # (query tiles a block, keys a tile)
+_SHAPES = ((8, 32), (8, 28), (8, 24), (8, 16), (8, 12), (4, 16), (4, 12), (8, 8), (4, 8), (2, 8), (1, 8), (1, 4))  # (query tiles a block, keys a tile)
 
 
 def _args(p, t):
@@ -145,14 +145,19 @@ def _args(p, t):
     for nq, tk in given:
         dp = -(-p["dim"] // cfg.rows) * cfg.rows
         oc = max(1, min(nq, nq * tk // dp))  # O^T's product in at most S^T's words
-        for stages in ((p["stages"],) if p["stages"] else (2, 1)):
+        # one buffer first: a shape that does not fit with it does not fit double-buffered either
+        fitted = None
+        for stages in ((p["stages"],) if p["stages"] else (1, 2)):
             args = {**base, "nq": nq, "tk": tk, "oc": oc, "stages": stages}
             try:
                 fits(flash_attention, cfg, _tensors({**p, "seq": _fit_seq(p["seq"], nq * cfg.lanes, tk)}), args,
                      t.constraints)
-                return args
+                fitted = args
             except TileError as e:
                 errors.append(e)
+                break
+        if fitted is not None:
+            return fitted
     if len(given) == 1 and p["stages"]:
         raise errors[-1]
     raise TileError(f"no query block and key tile of flash attention {p['seq']}x{p['dim']} fit this chip's SRAMs"
