@@ -4,7 +4,7 @@ board, and the schedule model that predicts its cycles (docs/kernels.md).
 Output-stationary: M and N are padded to the array; the output tiles are taken in groups of
 ``ga x gb`` tiles whose accumulators all fit in the accumulator SRAM; K is cut into chunks of
 ``kc`` steps so that ``ga`` A panels and ``gb`` B panels fit an operand buffer. The tile-language
-GEMMs (kernels/tiled/gemm.py, kernels/tiled/lowp.py) choose their tiling with :func:`plan_gemm`,
+GEMMs (kernels/tiled/gemm.py, kernels/tiled/gemm_fp.py) choose their tiling with :func:`plan_gemm`,
 and the bring-up performance stage judges a GEMM's cycles against :meth:`GemmPlan.predicted_cycles`
 and :meth:`GemmPlan.dma_cycles`.
 """

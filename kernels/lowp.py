@@ -80,7 +80,7 @@ def _check_float(name, x):
 async def mx_gemm_codes(dev: KernelDevice, a_codes, b_codes, a_scales, b_scales, fmt: str, *, mitigations: Mitigations,
                         k_chunk=None, budget_cycles=None) -> tuple[np.ndarray, KernelStats]:
     """Run element codes (M,K)/(K,N) with E8M0 block scales (M,K/32)/(K/32,N) on the FP path: the
-    tile-language kernel kernels/tiled/lowp.py.
+    tile-language kernel kernels/tiled/gemm_fp.py.
 
     Returns ``(bits uint32 (M,N), stats)``; ``stats.chunks`` lists the K length of each MATMUL
     so ``golden.mx.mx_matmul_bits(..., chunks=...)`` reproduces the bits.
@@ -102,7 +102,7 @@ async def mx_gemm_codes(dev: KernelDevice, a_codes, b_codes, a_scales, b_scales,
                              f"got {getattr(arr, 'dtype', type(arr).__name__)} {getattr(arr, 'shape', '')}")
     # a recipe of this format without a tensor scale: the codes and scales are given, not derived
     recipe = "mxfp4-e2m1-floor" if fmt == "e2m1" else f"fp8-{fmt}-cast"
-    spec = get("tlowp")
+    spec = get("gemm_fp")
     p = spec.resolve({"m": m, "n": n, "k": k, "recipe": recipe, "kc": int(k_chunk or 0)})
     ins = {"a": a_codes, "b": b_codes, "a_scales": a_scales, "b_scales": b_scales}
     out, stats = await run_spec(dev, spec, p, ins, mitigations=mitigations, budget_cycles=budget_cycles)
@@ -137,7 +137,7 @@ async def gemm_lowp(dev: KernelDevice, a: np.ndarray, b: np.ndarray, recipe: str
         sb_row = np.asarray(sb, np.float64).reshape(1, -1) if axis_b is not None else float(sb)
         c = (c_int.astype(np.float64) * sa_col * sb_row).astype(np.float32)
     else:
-        from .tiled.lowp import quantize
+        from .tiled.gemm_fp import quantize
 
         q = quantize(a, b, recipe, flush)
         ca, cb, a_sc, b_sc = q["a"], q["b"], q["a_scales"], q["b_scales"]

@@ -174,9 +174,9 @@ CASES = [("gemm", {"m": 12, "n": 8, "k": 9, "kc": 4}), ("gemm", {"m": 32, "n": 2
          ("elementwise", {"rows": 9, "cols": 13, "op": "fmul", "broadcast": "row"}),
          ("elementwise", {"rows": 9, "cols": 13, "op": "iadd", "broadcast": "col", "tile_rows": 2}),
          ("elementwise", {"rows": 7, "cols": 5, "op": "expsub"}),
-         ("tlowp", {"m": 21, "n": 19, "k": 70, "recipe": "mxfp8-e4m3-rceil", "ga": 3, "gb": 2, "kc": 32}),
-         ("tlowp", {"m": 12, "n": 8, "k": 100, "recipe": "fp8-e5m2-tensor"}),
-         ("tlowp", {"m": 32, "n": 24, "k": 128, "recipe": "mxfp4-e2m1-floor", "ga": 4, "gb": 2, "kc": 64})]
+         ("gemm_fp", {"m": 21, "n": 19, "k": 70, "recipe": "mxfp8-e4m3-rceil", "ga": 3, "gb": 2, "kc": 32}),
+         ("gemm_fp", {"m": 12, "n": 8, "k": 100, "recipe": "fp8-e5m2-tensor"}),
+         ("gemm_fp", {"m": 32, "n": 24, "k": 128, "recipe": "mxfp4-e2m1-floor", "ga": 4, "gb": 2, "kc": 64})]
 
 
 ERRATA_ON = GemmConstraints(b_reserved_top_words=1, avoid_unit_chunk=True, repeat_first_a_word=True)

@@ -221,7 +221,7 @@ ERRATA = ERRATA + (
         cell=LowpCell(recipe="fp8-e4m3-cast", dist="small", m=8, n=8, k=64),
         scale=LowpCell(recipe="fp8-e4m3-cast", dist="small", m=32, n=32, k=1024),
         # the tile kernel's host recipe (KernelSpec.prepare): N(0, 1) cast to E4M3 has ~1% subnormal codes
-        tile_cell=TileCell("tlowp", (("m", 8), ("n", 8), ("k", 64), ("recipe", "fp8-e4m3-cast"))),
+        tile_cell=TileCell("gemm_fp", (("m", 8), ("n", 8), ("k", 64), ("recipe", "fp8-e4m3-cast"))),
         knobs={"lowp": {"fp8_subnormals_flushed": True}},
     ),
 )

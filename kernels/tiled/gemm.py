@@ -105,7 +105,7 @@ def _args(p, t, block: int = 1, acc_reserved: int = 0, nbuf: int | None = None):
     given. Candidates: groups that fill the accumulator SRAM or half of it (the next group's
     MATMULs then never wait for this one's stores), K in chunks as long as fit or in four; the
     planner's DRAM model picks. ``block``: K chunks a multiple of it (the FP path's 32-step scale
-    blocks, kernels/tiled/lowp.py), whose FL-ME-002 gaps are FENCEs; ``acc_reserved``: accumulator
+    blocks, kernels/tiled/gemm_fp.py), whose FL-ME-002 gaps are FENCEs; ``acc_reserved``: accumulator
     words the kernel keeps for itself (a scalar); ``nbuf``: operand buffers (2: double buffering,
     1: the chunks take turns with their loads)."""
     from kernels.gemm_plan import plan_gemm

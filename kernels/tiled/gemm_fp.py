@@ -43,7 +43,7 @@ FP_RECIPES = tuple(n for n, r in quant.RECIPES.items() if r.kind != "int8")
 def _recipe(p):
     r = quant.recipe(p["recipe"])
     if r.kind == "int8":
-        raise TileError(f"tlowp runs the FP path; recipe {p['recipe']} is int8: run it with gemm "
+        raise TileError(f"gemm_fp runs the FP path; recipe {p['recipe']} is int8: run it with gemm "
                         f"(firstlight run gemm), dequantizing on the host as kernels/lowp.py does")
     return r
 
@@ -174,7 +174,7 @@ def _requires(p, config):
 
 
 SPECS = [KernelSpec(
-    name="tlowp", summary="FP8 / MX block-scaled GEMM written in the tile language, C = A(MxK) @ B(KxN), "
+    name="gemm_fp", summary="FP8 / MX block-scaled GEMM written in the tile language, C = A(MxK) @ B(KxN), "
     "quantized on the host by a recipe, fp32 out",
     source=lowp_gemm,
     params=(Param("m", int, 64, "rows of A and C", 1, 4096, shape=True),

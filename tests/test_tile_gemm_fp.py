@@ -1,4 +1,4 @@
-"""The low-precision (FP8 / MX) GEMM in the tile language (kernels/tiled/lowp.py, "tlowp"; the
+"""The low-precision (FP8 / MX) GEMM in the tile language (kernels/tiled/gemm_fp.py, "gemm_fp"; the
 golden is golden.mx.mx_matmul_bits, written from docs/numerics.md).
 
 Host tests: it compiles at the bench shape with FP MATMULs that read their scales from SA / SB;
@@ -38,7 +38,7 @@ FP_RECIPES = [n for n, r in quant.RECIPES.items() if r.kind != "int8"]
 
 
 def _spec():
-    return registry()["tlowp"]
+    return registry()["gemm_fp"]
 
 
 def _compile(config=CHIP, constraints=None, **kw):
@@ -214,9 +214,9 @@ RAGGED = {"m": 21, "n": 19, "k": 70}  # K padded to 96: three blocks, in chunks 
 def _repro(params, rev, sim, extremes, policy=None, config=CHIP):
     flags = " ".join(f"--{k} {v}" for k, v in params.items())
     if config is not CHIP:
-        flags += " (on ChipConfig(operand_depth=64, acc_depth=64, cmdq_depth=64): tests/test_tile_lowp.py SMALL_FP)"
+        flags += " (on ChipConfig(operand_depth=64, acc_depth=64, cmdq_depth=64): tests/test_tile_gemm_fp.py SMALL_FP)"
     pol = "".join(f" --errata-policy {k}={v}" for k, v in (policy or {}).items())
-    return f"firstlight run tlowp {flags} --rev {rev} --sim {sim} --seed {SEED}" + (" --extremes" if extremes else "") + pol
+    return f"firstlight run gemm_fp {flags} --rev {rev} --sim {sim} --seed {SEED}" + (" --extremes" if extremes else "") + pol
 
 
 def _run(cases, rev, sim, policy=None, expect=True, config=CHIP):
@@ -224,7 +224,7 @@ def _run(cases, rev, sim, policy=None, expect=True, config=CHIP):
     from cosim.jobs import run_job
     from firstlight.jobs.tile import tile_cases_job
 
-    results = run_job(tile_cases_job, {"cases": [["tlowp", p, x] for p, x in cases], "seed": SEED,
+    results = run_job(tile_cases_job, {"cases": [["gemm_fp", p, x] for p, x in cases], "seed": SEED,
                                        "errata_policy": policy},
                       variant=Variant(config=config, revision=rev), sim=sim).value
     assert len(results) == len(cases)
@@ -322,7 +322,7 @@ def test_fl_me_001_fadd_lowering_is_bit_exact_and_needed_on_a0(tmp_path, monkeyp
                        variant=Variant(config=CHIP, revision=rev), sim="verilator").value
         assert r["passed"] == passes, (rev, policy, r["mismatch"],
                                        f"reproduce: FIRSTLIGHT_SEED={SEED} .venv/bin/python -m pytest "
-                                       f"tests/test_tile_lowp.py -k fl_me_001_fadd")
+                                       f"tests/test_tile_gemm_fp.py -k fl_me_001_fadd")
 
 
 @pytest.mark.sim
