@@ -581,3 +581,15 @@ def test_names_are_case_insensitive_and_near_misses_get_a_hint(capsys):
     assert "did you mean B0?" in capsys.readouterr().err
     assert parse_policy(["fl-me-002=OFF"]) == {"FL-ME-002": "off"}
     assert parse_fault("csr:scratch:stuck0:bit=1", ChipConfig()).spec == "csr:SCRATCH:stuck0:bit=1"
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--inject", "csr:CTRL:stuck0:bit=3"], "CTRL bit 3 reads 0 in every state of a good chip"),  # a strobe bit
+    (["--sram-depth", "64", "--inject", "csr:CMDQ_HEAD:stuck0:bit=9"], "CMDQ_HEAD bit 9 reads 0"),  # a 64-entry ring
+])
+def test_bringup_refuses_a_redundant_injected_fault_up_front(argv, why, capsys):
+    """issue 38: a fault the fault model proves redundant ran the whole checklist and exited 0, as if
+    it had been exercised; it is refused before anything is built, with the reason."""
+    assert cli.main(["bringup", *argv]) == cli.EXIT_CANNOT_START
+    err = capsys.readouterr().err
+    assert "redundant fault" in err and why in err, err

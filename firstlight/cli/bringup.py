@@ -101,6 +101,21 @@ def add_parser(subparsers) -> None:
     add_dram_options(bu, bandwidth_only=True)
 
 
+def _refuse_redundant(faults, cfg, rev: str, board) -> None:
+    """A fault the fault model proves cannot change what the chip does (rtl.faults.redundant) is
+    refused up front: the checklist would pass as if it had been exercised."""
+    from rtl.faults import redundant
+    from rtl.revisions import REVISIONS
+
+    code = REVISIONS[rev].code
+    for f in faults:
+        why = redundant(f, cfg, code, board)
+        if why:
+            raise CannotStart(f"--inject {f.spec} is a redundant fault on this chip: {why}, so no stage can see it "
+                              "and a pass would prove nothing; inject a fault that changes the chip's behaviour "
+                              "(the fault campaign leaves redundant faults out for the same reason)")
+
+
 def cmd(args) -> int:
 
     from cosim.build import Variant
@@ -111,6 +126,7 @@ def cmd(args) -> int:
     base = variant_from_args(args)
     cfg = base.config
     faults = parse_injected(args.inject, cfg, base.resolved_board)  # a DRAM fault is checked against the board's DRAM
+    _refuse_redundant(faults, cfg, args.rev, base.resolved_board)
     try:
         if args.only:
             check_faults_seen(faults, closure(args.only))  # the stages that will run: --only and their dependencies
