@@ -20,6 +20,9 @@ from firstlight import cli
         (["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--array", "3x4"], "rows must be one of"),
         (["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--sim", "modelsim"], "invalid choice"),
         (["run", "reduce", "--rows", "2", "--cols", "2", "--op", "mean"], "invalid choice"),
+        # issue 38: inf was an OverflowError traceback (nan was already refused)
+        (["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--dram-bw", "inf"], "finite number of bytes per cycle"),
+        (["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--dram-bw", "nan"], "finite number of bytes per cycle"),
     ],
 )
 def test_bad_arguments_exit_2(argv, needle, capsys):

@@ -14,6 +14,7 @@ also never render emoji codes, whatever is printed.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -238,8 +239,8 @@ def _bytes_per_cycle(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected bytes per cycle (a number such as 1 or 0.5), not {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"bandwidth must be above 0 bytes per cycle, not {text}")
+    if not v > 0 or not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"bandwidth must be a finite number of bytes per cycle above 0, not {text}")
     return v
 
 
