@@ -53,6 +53,17 @@ _EXIT = exit_codes_help("the campaign ran but detected fewer faults than --min-c
                         "the campaign ran and met --min-coverage")
 
 
+def _percent(text: str) -> float:
+    """A coverage percentage: a number in [0, 100] (150 could never be met)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage such as 99 or 99.5, not {text!r}") from None
+    if not 0.0 <= v <= 100.0:
+        raise argparse.ArgumentTypeError(f"a coverage percentage is in [0, 100], not {text}")
+    return v
+
+
 def add_parser(subparsers) -> None:
     fp = subparsers.add_parser("faults", help="the fault universe and coverage campaigns of the checklist",
                                description="Inject faults into the RTL and measure what the bring-up "
@@ -76,8 +87,9 @@ def add_parser(subparsers) -> None:
                     help="simulator processes at once (default: one per core)")
     cp.add_argument("--report", type=Path, default=None, metavar="DIR",
                     help="write campaign.json and campaign.md here")
-    cp.add_argument("--min-coverage", type=float, default=0.0, metavar="PCT",
-                    help="exit 1 if fewer than PCT%% of the faults are detected (default 0: report only)")
+    cp.add_argument("--min-coverage", type=_percent, default=0.0, metavar="PCT",
+                    help="exit 1 if fewer than PCT%% of the faults are detected, PCT in [0, 100] (default 0: report "
+                         "only)")
     cp.add_argument("--watchdog", type=positive, default=1_000_000, metavar="CYCLES",
                     help="cycle budget of every wait for the chip (default 1000000)")
     cp.set_defaults(handler=cmd_campaign)
