@@ -20,6 +20,7 @@ from firstlight import cli
         (["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--array", "3x4"], "rows must be one of"),
         (["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--sim", "modelsim"], "invalid choice"),
         (["run", "reduce", "--rows", "2", "--cols", "2", "--op", "mean"], "invalid choice"),
+        (["bench", "--buffering", "double", "--no-double-buffer"], "contradicts --buffering double"),  # issue 38
         (["faults", "campaign", "--min-coverage", "150"], "a coverage percentage is in [0, 100], not 150"),  # issue 38
         (["faults", "campaign", "--min-coverage", "-1"], "a coverage percentage is in [0, 100], not -1"),
         # issue 38: inf was an OverflowError traceback (nan was already refused)

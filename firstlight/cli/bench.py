@@ -61,11 +61,11 @@ def add_parser(subparsers) -> None:
     add_json_option(b)
     add_keep_option(b)
     add_dram_options(b)
-    b.add_argument("--buffering", choices=["double", "single", "both"], default="both",
+    b.add_argument("--buffering", choices=["double", "single", "both"], default=None,
                    help="the GEMM's operand buffers: double (the next K chunk loads while this one multiplies, "
                         "gemm --stages 2), single (loads and MATMULs take turns, --stages 1), or both side by side "
                         "so the overlap's worth is a measured number (default: both)")
-    b.add_argument("--no-double-buffer", dest="buffering", action="store_const", const="single",
+    b.add_argument("--no-double-buffer", action="store_true",
                    help="the same as --buffering single")
     b.add_argument("--attention", nargs="*", default=None, metavar="SEQxDIM[c]",
                    help=f"attention shapes for the vector-unit table, a trailing c for causal (default: "
@@ -202,6 +202,10 @@ def _bench_records(job, params: dict, rtype: str, variant, sim: str, keep: bool)
 
 
 def cmd(args) -> int:
+    if args.no_double_buffer and args.buffering not in (None, "single"):
+        raise CannotStart(f"--no-double-buffer is --buffering single; it contradicts --buffering {args.buffering}: "
+                          "give one of them")
+    args.buffering = "single" if args.no_double_buffer else args.buffering or "both"
     if args.limit:
         from .bench_limit import DEFAULT_LIMIT_SHAPES, limit_cmd
 
