@@ -21,6 +21,8 @@ from firstlight import cli
         (["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--sim", "modelsim"], "invalid choice"),
         (["run", "reduce", "--rows", "2", "--cols", "2", "--op", "mean"], "invalid choice"),
         (["bench", "--buffering", "double", "--no-double-buffer"], "contradicts --buffering double"),  # issue 38
+        (["run", "gemm", "--sim", "verilator", "--sim", "icarus"], "--sim given twice (verilator and icarus)"),
+        (["run", "gemm", "--json", "a.json", "--json", "b.json"], "--json given twice (a.json and b.json)"),
         (["faults", "campaign", "--min-coverage", "150"], "a coverage percentage is in [0, 100], not 150"),  # issue 38
         (["faults", "campaign", "--min-coverage", "-1"], "a coverage percentage is in [0, 100], not -1"),
         # issue 38: inf was an OverflowError traceback (nan was already refused)

@@ -130,18 +130,30 @@ def did_you_mean(word: str, known) -> str:
 
 # ---- option groups ------------------------------------------------------------------------------
 
+class Once(argparse.Action):
+    """An option that takes one value: given twice with different values it is refused (argparse
+    would keep the last one silently: ``--sim verilator --sim icarus``, ``--json a --json b``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in seen and seen[self.dest] != values:
+            parser.error(f"{option_string} given twice ({seen[self.dest]} and {values}): give it once")
+        seen[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
 def add_sim_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--sim", default=DEFAULT_SIM, choices=SIMULATORS,
+    p.add_argument("--sim", default=DEFAULT_SIM, choices=SIMULATORS, action=Once,
                    help=help or f"simulator to run on: {', '.join(SIMULATORS)} (default: {DEFAULT_SIM})")
 
 
 def add_array_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--array", type=array, default=None, metavar="ROWSxCOLS",
+    p.add_argument("--array", type=array, default=None, metavar="ROWSxCOLS", action=Once,
                    help=help or "systolic array size, e.g. 4x4 (the default) or 8x8")
 
 
 def add_seed_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--seed", type=seed, default=1, help=help or "seed of the random data (default: 1)")
+    p.add_argument("--seed", type=seed, default=1, action=Once, help=help or "seed of the random data (default: 1)")
 
 
 def add_rev_option(p: argparse.ArgumentParser, *, default: str | None = "A0", required: bool = False,
@@ -154,7 +166,8 @@ def add_rev_option(p: argparse.ArgumentParser, *, default: str | None = "A0", re
 
 
 def add_json_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help=help or "also write the results as JSON to PATH")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", action=Once,
+                   help=help or "also write the results as JSON to PATH")
 
 
 # Output options by their argparse ``dest``: checked for writability before anything is built.
