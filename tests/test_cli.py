@@ -22,6 +22,9 @@ from firstlight import cli
         (["run", "reduce", "--rows", "2", "--cols", "2", "--op", "mean"], "invalid choice"),
         (["bench", "--buffering", "double", "--no-double-buffer"], "contradicts --buffering double"),  # issue 38
         (["run", "gemm", "--sim", "verilator", "--sim", "icarus"], "--sim given twice (verilator and icarus)"),
+        (["roofline", "--no-sweep", "--sweep-bw", "1", "2"], "--no-sweep turns off what --sweep-bw would set"),
+        (["roofline", "--no-reduce", "--reduce", "8x8"], "--no-reduce turns off what --reduce would set"),
+        (["numerics", "--no-attention", "--attention-seq", "64"], "--no-attention turns off what --attention-seq"),
         (["run", "gemm", "--json", "a.json", "--json", "b.json"], "--json given twice (a.json and b.json)"),
         (["faults", "campaign", "--min-coverage", "150"], "a coverage percentage is in [0, 100], not 150"),  # issue 38
         (["faults", "campaign", "--min-coverage", "-1"], "a coverage percentage is in [0, 100], not -1"),

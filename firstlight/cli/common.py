@@ -130,6 +130,24 @@ def did_you_mean(word: str, known) -> str:
 
 # ---- option groups ------------------------------------------------------------------------------
 
+class Tracked(argparse._StoreAction):
+    """A plain store that remembers it was given, so that a contradiction with an option that turns
+    its part off (``--no-sweep --sweep-bw 1 2``) can be refused: see :func:`refuse_unused`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.__dict__.setdefault("_given", {})[self.dest] = option_string
+        super().__call__(parser, namespace, values, option_string)
+
+
+def refuse_unused(args, switch: str, dests: tuple[str, ...]) -> None:
+    """CannotStart if ``switch`` (an option such as ``--no-sweep``) is set and any of ``dests`` (the
+    Tracked options it makes meaningless) was given."""
+    given = getattr(args, "_given", {})
+    used = [given[d] for d in dests if d in given]
+    if used:
+        raise CannotStart(f"{switch} turns off what {', '.join(used)} would set: give one or the other")
+
+
 class Once(argparse.Action):
     """An option that takes one value: given twice with different values it is refused (argparse
     would keep the last one silently: ``--sim verilator --sim icarus``, ``--json a --json b``)."""

@@ -13,6 +13,8 @@ from pathlib import Path
 from firstlight.errors import EXIT_FAIL, EXIT_HARNESS_ERROR, EXIT_OK, CannotStart, exit_codes_help
 
 from .common import (
+    Tracked,
+    refuse_unused,
     Reporter,
     add_rev_option,
     add_seed_option,
@@ -51,10 +53,10 @@ def add_parser(subparsers) -> None:
         "attention", "flash attention with each attention recipe (P and V in int8, FP8 E4M3 or E5M2; Q and K int8) on "
         "N(0, 1) data: output SQNR vs float64, the RTL's bits vs the kernel golden, and the SQNR with one stage "
         "(QK^T, P, V) taken out of the quantization (where the error comes from)")
-    at.add_argument("--attention-seq", nargs="+", type=positive, default=[64, 128, 256], metavar="SEQ",
+    at.add_argument("--attention-seq", nargs="+", type=positive, default=[64, 128, 256], metavar="SEQ", action=Tracked,
                     help="sequence lengths (default: 64 128 256)")
-    at.add_argument("--attention-dim", type=positive, default=64, metavar="D", help="head dimension (default: 64)")
-    at.add_argument("--attention-recipes", nargs="+", default=None, metavar="NAME",
+    at.add_argument("--attention-dim", type=positive, default=64, metavar="D", action=Tracked, help="head dimension (default: 64)")
+    at.add_argument("--attention-recipes", nargs="+", default=None, metavar="NAME", action=Tracked,
                     help="default: all (int8, fp8-e4m3, fp8-e5m2; see run attention --help)")
     at.add_argument("--no-attention", action="store_true", help="skip the attention section")
     sp = nu.add_argument_group(
@@ -104,6 +106,8 @@ def cmd_special(args) -> int:
 
 
 def cmd(args) -> int:
+    if args.no_attention:
+        refuse_unused(args, "--no-attention", ("attention_seq", "attention_dim", "attention_recipes"))
     if args.special is not None:
         return cmd_special(args)
     from firstlight.numerics import run_numerics

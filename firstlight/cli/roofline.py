@@ -40,6 +40,8 @@ from firstlight.errors import (
 
 from .bench import ICARUS_MAX_SIDE
 from .common import (
+    Tracked,
+    refuse_unused,
     FittedTable,
     add_array_option,
     add_dram_options,
@@ -103,13 +105,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--shapes", nargs="+", default=None, metavar="MxNxK",
                    help=f"GEMM shapes on the chart (default: {' '.join(DEFAULT_SHAPES)}; on Icarus the default "
                         f"stops at {ICARUS_MAX_SIDE}^3 MACs)")
-    p.add_argument("--reduce", default=DEFAULT_REDUCE, metavar="ROWSxCOLS",
+    p.add_argument("--reduce", default=DEFAULT_REDUCE, metavar="ROWSxCOLS", action=Tracked,
                    help=f"the int32 row reduction (sum) on the chart (default: {DEFAULT_REDUCE})")
     p.add_argument("--no-reduce", action="store_true", help="no reduction on the chart")
-    p.add_argument("--sweep-shape", default=DEFAULT_SWEEP_SHAPE, metavar="MxNxK",
+    p.add_argument("--sweep-shape", default=DEFAULT_SWEEP_SHAPE, metavar="MxNxK", action=Tracked,
                    help=f"the GEMM of the bandwidth sweep (default: {DEFAULT_SWEEP_SHAPE}, whose knee is near "
                         "0.56 B/cycle on 4x4)")
-    p.add_argument("--sweep-bw", nargs="+", type=float, default=DEFAULT_SWEEP_BW, metavar="BYTES_PER_CYCLE",
+    p.add_argument("--sweep-bw", nargs="+", type=float, default=DEFAULT_SWEEP_BW, metavar="BYTES_PER_CYCLE", action=Tracked,
                    help="DRAM bandwidths of the sweep, one simulator build each (default: "
                         f"{' '.join(f'{b:g}' for b in DEFAULT_SWEEP_BW)}; at most the bus width, min(ROWS, COLS) "
                         "bytes per cycle)")
@@ -396,6 +398,10 @@ def plan_from_args(args) -> Plan:
         skipped = [s for s in shapes if math.prod(s) > ICARUS_MAX_SIDE**3]
         shapes = [s for s in shapes if s not in skipped]
     shapes = [s for i, s in enumerate(shapes) if s not in shapes[:i]]
+    if args.no_reduce:
+        refuse_unused(args, "--no-reduce", ("reduce",))
+    if args.no_sweep:
+        refuse_unused(args, "--no-sweep", ("sweep_shape", "sweep_bw"))
     red = None if args.no_reduce else parse_reduce_shape(args.reduce)
     sweep_shape = None if args.no_sweep else parse_gemm_shape(args.sweep_shape, "--sweep-shape")
     sweep_boards = [] if args.no_sweep else _sweep_boards(variant, args.sweep_bw)
