@@ -106,6 +106,9 @@ SLOW_UNITY_MAKE_ARGS = ("-f", str(SLOW_UNITY_MK), "VM_CLASSES_SLOW=", "VM_SUPPOR
 
 def cache_root() -> Path:
     root = os.environ.get("FIRSTLIGHT_CACHE")
+    if root is not None and not root.strip():  # set but empty: a mistake, not a request for the default
+        raise ValueError("$FIRSTLIGHT_CACHE is set but empty: unset it to use the default build cache "
+                         "(~/.cache/firstlight, or $XDG_CACHE_HOME/firstlight), or set it to a folder")
     if root:
         return Path(root).expanduser().resolve()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

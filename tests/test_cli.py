@@ -604,3 +604,10 @@ def test_bringup_refuses_a_redundant_injected_fault_up_front(argv, why, capsys):
     assert cli.main(["bringup", *argv]) == cli.EXIT_CANNOT_START
     err = capsys.readouterr().err
     assert "redundant fault" in err and why in err, err
+
+
+def test_an_empty_build_cache_variable_is_refused(monkeypatch, capsys):
+    """issue 38: FIRSTLIGHT_CACHE= (set, empty) silently fell back to the home cache."""
+    monkeypatch.setenv("FIRSTLIGHT_CACHE", "")
+    assert cli.main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4"]) == cli.EXIT_CANNOT_START
+    assert "$FIRSTLIGHT_CACHE is set but empty" in capsys.readouterr().err

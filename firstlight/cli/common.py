@@ -384,7 +384,11 @@ def check_outputs(args: argparse.Namespace) -> None:
         from cosim.build import cache_root
 
         source = "$FIRSTLIGHT_CACHE" if os.environ.get("FIRSTLIGHT_CACHE") else "default; set $FIRSTLIGHT_CACHE to move it"
-        check_output_dir(cache_root(), f"the build cache ({source})")
+        try:
+            root = cache_root()
+        except ValueError as e:
+            raise CannotStart(str(e)) from None
+        check_output_dir(root, f"the build cache ({source})")
 
 
 # ---- the job folder in the system temp directory --------------------------------------------------
