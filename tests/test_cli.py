@@ -611,3 +611,13 @@ def test_an_empty_build_cache_variable_is_refused(monkeypatch, capsys):
     monkeypatch.setenv("FIRSTLIGHT_CACHE", "")
     assert cli.main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4"]) == cli.EXIT_CANNOT_START
     assert "$FIRSTLIGHT_CACHE is set but empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("opt", [["--json", "newdir/deeper/x.json"], ["--report", "newdir/deeper"]])
+def test_a_refused_run_leaves_no_output_folder_behind(opt, tmp_path, monkeypatch, capsys):
+    """issue 38: a run refused after its output folder was created left it behind, empty."""
+    monkeypatch.chdir(tmp_path)
+    argv = (["run", "gemm", "--m", "0", "--n", "4", "--k", "4", *opt] if opt[0] == "--json" else
+            ["bringup", "--inject", "csr:CTRL:stuck0:bit=3", *opt])
+    assert cli.main(argv) == cli.EXIT_CANNOT_START
+    assert not (tmp_path / "newdir").exists(), capsys.readouterr().err

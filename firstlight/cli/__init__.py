@@ -25,7 +25,7 @@ from firstlight.errors import (
 )
 
 from . import bench, bringup, errata, faults, model, numerics, regress, roofline, run, sweep
-from .common import check_outputs, console, err_console
+from .common import CREATED_FOLDERS, check_outputs, console, err_console, remove_created_folders
 
 __all__ = [
     "COMMANDS",
@@ -116,11 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse: 2 on bad arguments, 0 on --help and --version
         return int(e.code or 0)
     args.command_line = shlex.join(["firstlight", *argv])
+    CREATED_FOLDERS.clear()
     try:
         with interrupt_signals():
             check_outputs(args)
             return args.handler(args)
     except CannotStart as e:
+        remove_created_folders()  # a refused command leaves no empty output folder behind
         err_console.print(Text.assemble(("cannot start: ", "red"), str(e)))
         return EXIT_CANNOT_START
     except HarnessError as e:

@@ -338,14 +338,32 @@ def _why(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+# Folders check_output_dir created, outermost first: a command refused before it starts removes
+# the ones still empty (remove_created_folders), so a refusal leaves nothing behind.
+CREATED_FOLDERS: list[Path] = []
+
+
+def remove_created_folders() -> None:
+    """Remove the folders the output checks created that are still empty, innermost first."""
+    for path in reversed(CREATED_FOLDERS):
+        try:
+            path.rmdir()  # only an empty folder goes
+        except OSError:
+            pass
+    CREATED_FOLDERS.clear()
+
+
 def check_output_dir(path: Path, what: str) -> None:
     """Make sure ``path`` is (or can be made) a folder this process can write, or raise
-    :class:`CannotStart` naming it and the problem. Creates the folder."""
+    :class:`CannotStart` naming it and the problem. Creates the folder (and records what it
+    created in :data:`CREATED_FOLDERS`)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise CannotStart(f"{what} {path}: it exists and is not a folder")
+    missing = [p for p in [path, *path.parents] if not p.exists()][::-1]
     try:
         path.mkdir(parents=True, exist_ok=True)
+        CREATED_FOLDERS.extend(p for p in missing if p.is_dir())
     except OSError as e:
         raise CannotStart(f"{what} {path}: cannot create the folder ({_why(e)})") from None
     try:
