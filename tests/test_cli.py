@@ -621,3 +621,13 @@ def test_a_refused_run_leaves_no_output_folder_behind(opt, tmp_path, monkeypatch
             ["bringup", "--inject", "csr:CTRL:stuck0:bit=3", *opt])
     assert cli.main(argv) == cli.EXIT_CANNOT_START
     assert not (tmp_path / "newdir").exists(), capsys.readouterr().err
+
+
+def test_numerics_help_lists_every_special_function(capsys):
+    """issue 38: --special's help listed exp only (recip and rsqrt exist)."""
+    from golden.special import SPECIAL_FUNCTIONS
+
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["numerics", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "known: " + ", ".join(SPECIAL_FUNCTIONS) in out, out

@@ -63,8 +63,10 @@ def add_parser(subparsers) -> None:
         "special functions", "--special measures the special functions' algorithms (golden/special.py, which the "
         "RTL matches bit for bit) against float64 over every fp32 input of their documented range; no simulator "
         "runs. Every input: ~14 minutes on 2 cores for exp; --stride 97 takes every 97th.")
+    from golden.special import SPECIAL_FUNCTIONS
+
     sp.add_argument("--special", nargs="*", metavar="FN", default=None,
-                    help="measure these functions (default with no names: all; known: exp)")
+                    help=f"measure these functions (default with no names: all; known: {', '.join(SPECIAL_FUNCTIONS)})")
     sp.add_argument("--stride", type=positive, default=1, metavar="N", help="every Nth input (default 1: all)")
     sp.add_argument("--workers", type=positive, default=None, metavar="N", help="processes (default: one per core)")
 
