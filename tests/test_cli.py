@@ -631,3 +631,11 @@ def test_numerics_help_lists_every_special_function(capsys):
         cli.build_parser().parse_args(["numerics", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "known: " + ", ".join(SPECIAL_FUNCTIONS) in out, out
+
+
+def test_sweep_report_of_a_file_that_is_not_a_database_names_it(tmp_path, capsys):
+    """issue 38: "file is not a database" without the path."""
+    bad = tmp_path / "notadb.db"
+    bad.write_text("hello")
+    assert cli.main(["sweep", "report", str(bad)]) == cli.EXIT_CANNOT_START
+    assert f"{bad}: file is not a database" in capsys.readouterr().err

@@ -197,13 +197,22 @@ def _fmt(v, pct=False) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
-def _report_db(db: Path, json_path: Path | None, plot: Path | None) -> int:
-    from firstlight.sweep.pareto import fronts, load_rows, short_names, to_json, write_plot
+def _rows(db: Path) -> list:
+    """The stored runs of a sweep database, or CannotStart naming the file."""
+    from firstlight.sweep.pareto import load_rows
 
     try:
-        rows = load_rows(db)
-    except (FileNotFoundError, sqlite3.DatabaseError) as e:
+        return load_rows(db)
+    except FileNotFoundError as e:
         raise CannotStart(str(e)) from None
+    except sqlite3.DatabaseError as e:  # sqlite's message names no file
+        raise CannotStart(f"{db}: {e} (a sweep database is the SQLite file `firstlight sweep run --db` writes)") from None
+
+
+def _report_db(db: Path, json_path: Path | None, plot: Path | None) -> int:
+    from firstlight.sweep.pareto import fronts, short_names, to_json, write_plot
+
+    rows = _rows(db)
     if not rows:
         console.print(plain(f"{db} holds no runs yet"))
         return EXIT_OK
@@ -251,12 +260,9 @@ def _report(args) -> int:
 # ---- compare ------------------------------------------------------------------------------------
 
 def _compare(args) -> int:
-    from firstlight.sweep.pareto import compare, load_rows, short_names, to_json
+    from firstlight.sweep.pareto import compare, short_names, to_json
 
-    try:
-        a, b = load_rows(args.db_a), load_rows(args.db_b)
-    except (FileNotFoundError, sqlite3.DatabaseError) as e:
-        raise CannotStart(str(e)) from None
+    a, b = (_rows(path) for path in (args.db_a, args.db_b))
     c = compare(a, b)
     console.print(plain(f"A: {args.db_a} (commit {', '.join(x[:12] for x in c['commits_a']) or '?'})\n"
                         f"B: {args.db_b} (commit {', '.join(x[:12] for x in c['commits_b']) or '?'})"), soft_wrap=True)
