@@ -731,11 +731,19 @@ def test_very_narrow_console_stacks_the_rows():
 
 # ---- --version and the exit codes in every --help -------------------------------------------------
 
-def test_version_comes_from_the_package_metadata(capsys):
+def test_version_comes_from_the_package_metadata_with_the_commit_and_the_tools(capsys):
+    """issue 38: --version adds the commit and the simulator versions (what a bug report needs)."""
     from importlib.metadata import version
 
+    from firstlight.bringup.report import git_commit
+
     assert cli.main(["--version"]) == cli.EXIT_OK
-    assert capsys.readouterr().out.strip() == f"firstlight {version('firstlight')}"
+    lines = capsys.readouterr().out.strip().splitlines()
+    commit, _ = git_commit()
+    assert lines[0].startswith(f"firstlight {version('firstlight')}, commit ")
+    assert commit == "unknown" or commit[:12] in lines[0]
+    tools = {ln.split()[0] for ln in lines[1:]}
+    assert {"python", "amaranth", "cocotb", "verilator", "icarus"} <= tools, lines
 
 
 def _leaf_parsers(parser, path=()):

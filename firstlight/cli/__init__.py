@@ -72,6 +72,32 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+def version_text() -> str:
+    """``--version``: the package, the commit it runs from, and the tools a run depends on (the
+    simulators as found on this machine), the facts a bug report needs."""
+    from cosim.toolchain import SIMULATORS
+    from firstlight.bringup.report import git_commit, tool_versions
+
+    commit, dirty = git_commit()
+    tools = {}
+    for sim in SIMULATORS:
+        tools.update(tool_versions(sim))
+    where = "not a git checkout" if commit == "unknown" else commit[:12] + (" (uncommitted changes)" if dirty else "")
+    return f"firstlight {version()}, commit {where}\n" + "\n".join(f"  {k} {v}" for k, v in tools.items()
+                                                                      if k != "firstlight")
+
+
+class _Version(argparse.Action):
+    """--version, computed only when asked (it runs the simulators to learn their versions)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="firstlight",
@@ -80,7 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"firstlight {version()}")
+    parser.add_argument("--version", action=_Version,
+                        help="the version, the commit it runs from and the versions of Python, Amaranth, cocotb and "
+                             "the simulators found")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)  # each sets its ``handler``
