@@ -22,7 +22,7 @@ import pytest
 
 import golden
 from cosim.build import HarnessError, running_children
-from firstlight.session import ChipTimeout, SessionClosed, SessionDied
+from firstlight.session import ChipError, ChipTimeout, SessionClosed, SessionDied
 from firstlight.session.wire import PeerClosed, recv_message, send_message
 
 from conftest import SEED, SMALL_CHIP, VECTOR_CHIP, require_sim
@@ -246,3 +246,15 @@ def test_icarus_serves_a_session_too():
     with firstlight.open(rev="B1", sim="icarus", config=SMALL_CHIP) as s:
         assert np.array_equal(s.gemm(a, b)[0], golden.gemm_int8(a, b)), REPRO
     assert _gone_within(s.pid, 10)
+
+
+def test_submit_raises_the_error_its_own_stream_caused(chip):
+    """issue 38: chip.submit([0xFFFF_FFFF_FFFF_FFFF]) returned as if fine and the next innocent
+    call raised BAD_OPCODE; now the submit that caused it raises, and the chip goes on."""
+    with pytest.raises(ChipError, match="BAD_OPCODE"):
+        chip.submit([0xFFFF_FFFF_FFFF_FFFF])
+    a = np.arange(16, dtype=np.int8).reshape(4, 4)
+    c, _ = chip.gemm(a, a)
+    assert np.array_equal(c, a.astype(np.int32) @ a.astype(np.int32))
+    with pytest.raises(ValueError, match="one 64-bit word"):
+        chip.submit([1 << 64])

@@ -208,8 +208,9 @@ async def _submit(dev, mit, arrays, commands, budget_cycles=None, wait=True):
     """Raw commands through the device's submit hook (the errata passes apply): for bring-up
     experiments from a shell, and for the tests of the watchdog path."""
     await dev.submit([int(c) for c in commands], budget_cycles)
-    if wait:
+    if wait:  # an error the stream caused is this call's, not the next innocent one's
         await dev.wait_idle(budget_cycles)
+        await dev.check_no_error()
     return {}, {}, None
 
 

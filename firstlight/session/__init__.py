@@ -520,8 +520,13 @@ class Session:
 
     def submit(self, commands, *, budget_cycles: int | None = None, wait: bool = True) -> None:
         """Queue raw command words (rtl.isa constructors) through the errata stream passes and,
-        with ``wait``, wait for idle under the watchdog."""
-        self.call("submit", commands=[int(c) for c in commands], budget_cycles=budget_cycles, wait=wait)
+        with ``wait``, wait for idle under the watchdog and raise :class:`ChipError` if the stream
+        set ERR (without ``wait``, the next call that checks ERR reports it)."""
+        words = [int(c) for c in commands]
+        bad = next((w for w in words if not 0 <= w < 1 << 64), None)
+        if bad is not None:
+            raise ValueError(f"a command is one 64-bit word (rtl.isa constructors make them), not {bad:#x}")
+        self.call("submit", commands=words, budget_cycles=budget_cycles, wait=wait)
 
     def ping(self) -> float:
         """One empty round trip; returns its wall time in seconds."""
