@@ -258,3 +258,23 @@ def test_submit_raises_the_error_its_own_stream_caused(chip):
     assert np.array_equal(c, a.astype(np.int32) @ a.astype(np.int32))
     with pytest.raises(ValueError, match="one 64-bit word"):
         chip.submit([1 << 64])
+
+
+def test_csr_misuse_is_the_python_exception_a_user_expects(chip):
+    """issue 38: a write truncated or ignored in silence, a cocotb ValueError, a SessionError
+    wrapping a KeyError: each is refused in this process, before the simulator is asked."""
+    with pytest.raises(ValueError, match="32-bit register"):
+        chip.write_csr("SCRATCH", 2**40)
+    with pytest.raises(ValueError, match="ID is read-only"):
+        chip.write_csr("ID", 1)
+    with pytest.raises(ValueError, match="no CSR at address 9999"):
+        chip.read_csr(9999)
+    with pytest.raises(KeyError, match="no CSR named 'NOPE'"):
+        chip.read_csr("NOPE")
+    with pytest.raises(TypeError):
+        chip.write_csr("SCRATCH", 1.5)
+    a = np.arange(16, dtype=np.int8).reshape(4, 4)
+    with pytest.raises(ValueError, match="budget_cycles is a positive number"):  # it closed the session
+        chip.gemm(a, a, budget_cycles=0)
+    chip.write_csr("scratch", 0x1234_5678)  # and a good one still works, by name in any case
+    assert chip.read_csr("SCRATCH") == 0x1234_5678 == chip.read_csr(12)

@@ -64,6 +64,21 @@ from .wire import PeerClosed, recv_message, send_message
 __all__ = ["open", "Session", "SessionError", "SessionDied", "SessionClosed", "ChipTimeout", "ChipError"]
 
 
+
+def _csr(reg):
+    """The rtl.csr_map.Register a session call names, checked here (not in the simulator)."""
+    from rtl.csr_map import REGISTERS, register
+
+    if isinstance(reg, str):
+        return register(reg)  # KeyError with the known names
+    if isinstance(reg, bool) or not isinstance(reg, (int, np.integer)):
+        raise TypeError(f"a CSR is a name or an address, not {type(reg).__name__}")
+    for r in REGISTERS:
+        if r.addr == int(reg):
+            return r
+    raise ValueError(f"no CSR at address {int(reg)}; the registers are at "
+                     f"{', '.join(f'{r.name}={r.addr}' for r in REGISTERS[:6])}, ... (rtl/csr_map.py)")
+
 class SessionError(HarnessError):
     """The session's harness failed (not a verdict on the chip)."""
 
@@ -352,6 +367,10 @@ class Session:
     def call(self, request: str, arrays: dict[str, np.ndarray] | None = None, /, **args):
         """One request: ``(values dict, arrays dict, KernelStats or None)``. The typed methods
         below are what users call; this is their one path."""
+        budget = args.get("budget_cycles")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1):
+            raise ValueError(f"budget_cycles is a positive number of cycles (or None: the watchdog's default), "
+                             f"not {budget!r}")
         with self._lock:
             if self._closed:
                 raise SessionClosed("this session is closed; open a new one with firstlight.open(...)")
@@ -507,10 +526,23 @@ class Session:
 
     # ---- the device ----------------------------------------------------------------------------
     def read_csr(self, reg: str | int) -> int:
-        return self.call("read_csr", reg=reg)[0]["value"]
+        """A register by name (rtl/csr_map.py, any case) or address: KeyError for a name that is
+        none, ValueError for an address no register has."""
+        return self.call("read_csr", reg=_csr(reg).name)[0]["value"]
 
     def write_csr(self, reg: str | int, value: int) -> None:
-        self.call("write_csr", reg=reg, value=int(value))
+        """Write a 32-bit ``value``; a read-only register or a value that does not fit is a
+        ValueError (the chip would ignore or truncate it)."""
+        r = _csr(reg)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"a CSR value is an integer, not {type(value).__name__}")
+        if not 0 <= int(value) < 1 << 32:
+            raise ValueError(f"{r.name} is a 32-bit register: {int(value):#x} does not fit (0 to 0xFFFFFFFF)")
+        from rtl.csr_map import Access
+
+        if r.access is Access.RO:
+            raise ValueError(f"{r.name} is read-only: the chip ignores a write to it")
+        self.call("write_csr", reg=r.name, value=int(value))
 
     def perf(self) -> dict[str, int]:
         """Every 64-bit perf counter by name (rtl.csr_map.PERF_COUNTERS), plus ``now_cycles``:
