@@ -278,3 +278,20 @@ def test_csr_misuse_is_the_python_exception_a_user_expects(chip):
         chip.gemm(a, a, budget_cycles=0)
     chip.write_csr("scratch", 0x1234_5678)  # and a good one still works, by name in any case
     assert chip.read_csr("SCRATCH") == 0x1234_5678 == chip.read_csr(12)
+
+
+@pytest.mark.parametrize("kw, exc, needle", [
+    ({"errata": {"FL-XX-1": "off"}}, ValueError, "unknown erratum 'FL-XX-1'"),
+    ({"errata": {"FL-ME-002": "maybe"}}, ValueError, "must be one of"),
+    ({"board": {"bandwdith": 2}}, TypeError, "board has no field 'bandwdith'"),
+    ({"board": 3}, TypeError, "board is an rtl.board.BoardConfig"),
+])
+def test_open_refuses_bad_arguments_before_a_simulator_starts(kw, exc, needle, tmp_path):
+    """issue 38: an unknown erratum started the simulator and died 1.8 s later as SessionDied,
+    leaving a folder; board={...} was an AttributeError."""
+    import firstlight
+
+    before = running_children()
+    with pytest.raises(exc, match=needle):
+        firstlight.open(rev="B1", work_dir=tmp_path / "w", **kw)
+    assert running_children() == before and not (tmp_path / "w").exists()

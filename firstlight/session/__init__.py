@@ -141,6 +141,16 @@ def _variant(rev: str, array, config, formats, vector, sram_depth, board):
         config = replace(config, vector=bool(vector))
     if sram_depth is not None:
         config = replace(config, operand_depth=sram_depth, acc_depth=sram_depth, cmdq_depth=sram_depth)
+    if isinstance(board, dict):  # the board's fields by name, as a TOML table or JSON would give them
+        from dataclasses import fields
+
+        known = {f.name for f in fields(BoardConfig)}
+        unknown = sorted(set(board) - known)
+        if unknown:
+            raise TypeError(f"board has no field {', '.join(map(repr, unknown))}; its fields: {', '.join(sorted(known))}")
+        board = BoardConfig(**board)
+    elif board is not None and not isinstance(board, BoardConfig):
+        raise TypeError(f"board is an rtl.board.BoardConfig or a dict of its fields, not {type(board).__name__}")
     board = board or BoardConfig()
     board.resolve(config)  # refuses a board that does not fit the chip, before anything is built
     return Variant(config=config, revision=name, board=board)
@@ -206,7 +216,11 @@ class Session:
         find_simulator(sim)  # SimulatorMissing says how to install it, before the build
         self.variant = _variant(rev, array, config, formats, vector, sram_depth, board)
         self.sim = sim
-        self._policy = (parse_policy(errata) if isinstance(errata, list) else dict(errata)) if errata else {}
+        if errata is not None and not isinstance(errata, (dict, list, tuple)):
+            raise TypeError(f"errata is a policy such as {{'FL-ME-002': 'off'}} or ['FL-ME-002=off'], "
+                            f"not {type(errata).__name__}")
+        # checked here, like the CLI's --errata-policy: an unknown erratum must not start a simulator
+        self._policy = parse_policy(list(errata) if isinstance(errata, tuple) else errata)
         if watchdog_cycles is not None and (not isinstance(watchdog_cycles, int) or watchdog_cycles < 1):
             raise ValueError(f"watchdog_cycles must be a positive integer, not {watchdog_cycles!r}")
         self._lock = threading.RLock()
