@@ -358,3 +358,26 @@ def test_performance_stage_fails_a_board_slower_than_the_model_is_told(tmp_path)
     assert perf["figures"]["model_ratio"] > perf["figures"]["model_tolerance"], perf["figures"]
     assert "GEMM 128^3 too slow" in perf["details"] and "what grew: DRAM bandwidth" in perf["details"], perf["details"]
     assert "B/cycle where the board publishes 1" in perf["details"], perf["details"]
+
+
+def test_the_run_ends_with_a_verdict_line():
+    """issue 38: bringup ends with one line that says how it went."""
+    from firstlight.bringup.run import verdict_line
+
+    ok = {"stages": [{"name": "reset", "status": "passed", "duration_s": 1.25},
+                     {"name": "dram", "status": "passed", "duration_s": 2.0}]}
+    assert verdict_line(ok, "A0") == "2 of 2 stages passed in 3.2 s on A0"
+    bad = {"stages": [{"name": "reset", "status": "passed", "duration_s": 1.0},
+                      {"name": "dram", "status": "failed", "duration_s": 1.0},
+                      {"name": "dma_smoke", "status": "blocked", "duration_s": 0.0},
+                      {"name": "engine_smoke", "status": "skipped", "duration_s": 0.0}]}
+    assert verdict_line(bad, "B1") == "1 of 3 stages passed in 2.0 s on B1; failed: dram; blocked: dma_smoke (1 skipped)"
+
+
+def test_bringup_prints_its_verdict_last(capsys):
+    require_sim("verilator")
+    assert cli.main(["bringup", "--only", "reset", "--formats", "int8", "--no-vector"]) == cli.EXIT_OK
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    import re
+
+    assert re.fullmatch(r"2 of 2 stages passed in [0-9.]+ s on A0 \(\d+ skipped\)", last), last

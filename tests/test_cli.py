@@ -639,3 +639,10 @@ def test_sweep_report_of_a_file_that_is_not_a_database_names_it(tmp_path, capsys
     bad.write_text("hello")
     assert cli.main(["sweep", "report", str(bad)]) == cli.EXIT_CANNOT_START
     assert f"{bad}: file is not a database" in capsys.readouterr().err
+
+
+def test_a_folder_that_holds_no_files_is_not_called_unwritable(capsys):
+    """issue 38: "/proc: the folder is not writable (No such file or directory)"."""
+    assert cli.main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--json", "/proc/x.json"]) == cli.EXIT_CANNOT_START
+    err = capsys.readouterr().err
+    assert "no file can be created in the folder" in err and "not writable" not in err, err

@@ -205,7 +205,25 @@ def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_
             shutil.rmtree(work_dir, ignore_errors=True)
         elif own:
             console.print(Text(f"the simulator's folder (sim.log, records.jsonl) is kept: {work_dir}"), soft_wrap=True)
+        console.print(Text(verdict_line(report, variant.revision), style="bold green" if report["passed"] else "bold red"))
     return report
+
+
+def verdict_line(report: dict, revision: str) -> str:
+    """The run in one line, last: "12 of 12 stages passed in 8.5 s on A0", or which did not."""
+    stages = report["stages"]
+    ran = [s for s in stages if s["status"] != "skipped"]
+    passed = [s for s in ran if s["status"] == "passed"]
+    took = sum(s.get("duration_s") or 0.0 for s in stages)
+    line = f"{len(passed)} of {len(ran)} stages passed in {took:.1f} s on {revision}"
+    others: dict[str, list[str]] = {}
+    for s in ran:
+        if s["status"] != "passed":
+            others.setdefault(s["status"], []).append(s["name"])
+    if others:
+        line += "; " + "; ".join(f"{k}: {', '.join(v)}" for k, v in others.items())
+    skipped = len(stages) - len(ran)
+    return line + (f" ({skipped} skipped)" if skipped else "")
 
 
 def assemble(rows: dict, selected: set[str], sim_error, variant, sim: str, seed: int, *,

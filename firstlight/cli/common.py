@@ -370,7 +370,11 @@ def check_output_dir(path: Path, what: str) -> None:
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
-        raise CannotStart(f"{what} {path}: the folder is not writable ({_why(e)})") from None
+        import errno
+
+        denied = e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)  # else a folder of no real files (/proc)
+        raise CannotStart(f"{what} {path}: " + ("the folder is not writable" if denied else
+                                                 "no file can be created in the folder") + f" ({_why(e)})") from None
 
 
 def check_output_file(path: Path, what: str) -> None:
