@@ -646,3 +646,21 @@ def test_a_folder_that_holds_no_files_is_not_called_unwritable(capsys):
     assert cli.main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--json", "/proc/x.json"]) == cli.EXIT_CANNOT_START
     err = capsys.readouterr().err
     assert "no file can be created in the folder" in err and "not writable" not in err, err
+
+
+def test_run_lists_only_the_errata_that_need_a_word(fake_jobs, monkeypatch, capsys):
+    """issue 38: run spent 20 of its 30 lines on errata boilerplate; the usual statuses (mitigated,
+    not affected) are one line, an erratum left vulnerable keeps its own."""
+    from types import SimpleNamespace
+
+    from cosim import jobs
+
+    st = {**_STATS, "errata_status": {"FL-ME-001": "Mitigated: K chunks are chosen so ...", "FL-CP-001": "Not affected",
+                                      "FL-ME-002": "Vulnerable"}}
+    monkeypatch.setattr(jobs, "run_job", lambda fn, kwargs=None, **kw: SimpleNamespace(
+        value={"passed": True, "mismatch": None, "stats": st}, records=[], run_s=1.0,
+        build=SimpleNamespace(build_s=0.5, cache_hit=True), waves=None))
+    assert cli.main(["run", "gemm", "--m", "2", "--n", "3", "--k", "4", "--errata-policy", "FL-ME-002=off"]) == 0
+    out = capsys.readouterr().out
+    assert "mitigations applied" in out and "Not affected" not in out and "Mitigated:" not in out, out
+    assert any("FL-ME-002" in ln and "Vulnerable" in ln for ln in out.splitlines()), out

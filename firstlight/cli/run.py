@@ -338,9 +338,13 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
     t.add_row(*cells("simulated cycles/s", f"{st['sim_cycles_per_s']:,.0f}"))
     t.add_row(*cells("build", f"{res.build.build_s:.2f} s ({'cached' if res.build.cache_hit else 'compiled'})"))
     t.add_row(*cells("simulator process", f"{res.run_s:.2f} s (start-up included)"))
-    t.add_row(*cells("mitigations applied", ", ".join(st.get("mitigations", [])) or "none"))
+    t.add_row(*cells("mitigations applied", (", ".join(st.get("mitigations", [])) or "none")
+                     + "  (firstlight errata show ID: what each does)"))
+    # the errata as usual (mitigated, not affected) need no line each; one left vulnerable or
+    # unknown does
     for err_id, status in st.get("errata_status", {}).items():
-        t.add_row(*cells(f"  {err_id}", status))
+        if status != "Not affected" and not status.startswith("Mitigated"):
+            t.add_row(*cells(f"  {err_id}", status))
     console.print(t)
     if res.waves:  # printed whole, never cut to the table width
         console.print(plain(f"waves: {res.waves}"), soft_wrap=True)
