@@ -110,9 +110,15 @@ class Testbench:
             await FallingEdge(self.clk)
             self._at_falling_edge = True
             kind = "write" if write else "read"
+            from rtl.csr_map import REGISTERS, WINDOW_DATA
+
+            name = next((r.name for r in REGISTERS if r.addr == addr), None)
+            # only a window write into ACC may wait on a busy unit; anything else no answer means a hung bus
+            hint = ("a window write into ACC waits while a unit is busy; is the chip hung?"
+                    if write and name in WINDOW_DATA else "the CSR bus is hung")
             raise BusTimeout(
-                f"CSR {kind} at address 0x{addr:02x} got no csr_ready within {BUS_TIMEOUT_CYCLES} "
-                "cycles (a window write into ACC waits while a unit is busy; is the chip hung?)"
+                f"CSR {kind} of {name or 'no register'} (address 0x{addr:02x}) got no csr_ready within "
+                f"{BUS_TIMEOUT_CYCLES} cycles ({hint})"
             )
         data = int(d.csr_rdata.value)
         if ev is not None and not write:

@@ -381,3 +381,17 @@ def test_bringup_prints_its_verdict_last(capsys):
     import re
 
     assert re.fullmatch(r"2 of 2 stages passed in [0-9.]+ s on A0 \(\d+ skipped\)", last), last
+
+
+def test_a_chip_failure_is_diagnosed_without_a_python_traceback(tmp_path):
+    """issue 38: `bringup --inject bus:hang` printed a Python traceback in the chip's diagnosis
+    (a traceback is for harness errors); the stage's line that met the failure is named instead."""
+    require_sim("verilator")
+    report = tmp_path / "r"
+    assert cli.main(["bringup", "--inject", "bus:hang", "--formats", "int8", "--no-vector",
+                     "--report", str(report)]) == cli.EXIT_FAIL
+    rep = json.loads((report / "report.json").read_text())
+    reset = next(s for s in rep["stages"] if s["name"] == "reset")
+    assert reset["status"] == "failed" and "traceback" not in reset["figures"], reset
+    assert "Traceback" not in (report / "report.md").read_text()
+    assert "(at stages.py:" in reset["details"] and "the CSR bus is hung" in reset["details"], reset

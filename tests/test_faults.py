@@ -55,7 +55,8 @@ KIND_FAULTS = [
     ("reduce:lane=2:stuck1:bit=5", "engine_smoke", ["reduction tree lane 2 bit 5 stuck at 1"]),
     ("reduce:lane=1:stuck0:bit=30", "engine_smoke", ["reduction tree lane 1 bit 30 stuck at 0"]),
     ("cmdfifo:stuck1:bit=77", "command_path", ["command bit 77 (arg2)", "command FIFO"]),
-    ("bus:hang", "reset", ["csr_ready"]),
+    # issue 38: the hint named a window write for a CSR read of ID, and the diagnosis carried a traceback
+    ("bus:hang", "reset", ["csr_ready", "CSR read of ID", "the CSR bus is hung", "in stage_reset"]),
     ("pin:idle:stuck0", "reset", ["idle pin reads 0"]),
     ("pin:idle:stuck1", "command_path", ["idle pin reads 1 while the engine is busy"]),
     ("pin:irq:stuck1", "reset", ["irq pin reads 1"]),

@@ -1291,9 +1291,9 @@ async def bringup_job(dev, emit, selected: list[str], seed: int, faults: list[st
                     rec.update(status="passed", details=details, figures=figures)
                 except StageFailed as e:
                     rec.update(status="failed", details=e.details, figures=e.figures)
-                except CHIP_FAILURES as e:  # a watchdog, a hung bus, a chip error: with the dump
-                    rec.update(status="failed", details=f"{type(e).__name__}: {e}",
-                               figures={"traceback": traceback.format_exc(limit=6)})
+                except CHIP_FAILURES as e:  # a watchdog, a hung bus, a chip error: a verdict on the chip,
+                    # with its dump and the stage's line that met it (no Python traceback: that is for harness errors)
+                    rec.update(status="failed", details=f"{type(e).__name__}: {e}{_stage_line(e)}", figures={})
                     await _recover(dev)
                 except Exception as e:  # noqa: BLE001 - the harness broke, not the chip
                     rec.update(status="error", details=f"harness error: {type(e).__name__}: {e}",
@@ -1303,6 +1303,16 @@ async def bringup_job(dev, emit, selected: list[str], seed: int, faults: list[st
         status[stage.name] = rec["status"]
         emit(rec)
     return {"stages": status}
+
+
+def _stage_line(e: BaseException) -> str:
+    """Where in this module's stages the chip failure surfaced, as " (at stages.py:93, in
+    stage_reset: <line>)", for the diagnosis without a traceback."""
+    here = None
+    for fr in traceback.extract_tb(e.__traceback__):
+        if fr.filename == __file__ and fr.name != "bringup_job":
+            here = fr
+    return f" (at stages.py:{here.lineno}, in {here.name}: {here.line})" if here else ""
 
 
 async def _recover(dev) -> None:
