@@ -9,18 +9,26 @@ from __future__ import annotations
 from kernels import tile
 
 
-def gemm(a, b, *rest, ga: int, gb: int, kc: int, total: bool = False, stages: int = 2):
-    *epilogue, c = rest[:-1] if total else rest  # (bias, qparams): an int32 word per C tile column, lane j for column j
-    bias, qparams = [tile.load(t[0]) for t in epilogue] or (None, None)
-    K, per_row = a.steps, -(-b.panels // gb)
-    partials = tile.scratch("partials", 1, -(-a.panels // ga) * per_row) if total else None  # a word per group
+def chains(a, b, *, ga: int, gb: int, kc: int, stages: int):
+    """The GEMM loop every GEMM kernel shares (int8 here, FP8/MX in gemm_fp.py): groups of ga x gb
+    output tiles, K in chunks of kc steps, the loads pipelined ``stages`` deep; yields each group
+    once its accumulation chain is done, as (first A panel, first B panel, accumulator, last B tile)."""
+    K = a.steps
     steps = [(i, j, k) for i in range(0, a.panels, ga) for j in range(0, b.panels, gb) for k in range(0, K, kc)]
     acc = None
     for i, j, k in tile.pipeline(steps, stages=stages):
         bt = tile.load(b[j:j + gb, k:k + kc])
         acc = tile.matmul(tile.load(a[i:i + ga, k:k + kc]), bt, acc if k else None)
-        if k + kc < K:
-            continue
+        if k + kc >= K:  # the chain is done
+            yield i, j, acc, bt
+
+
+def gemm(a, b, *rest, ga: int, gb: int, kc: int, total: bool = False, stages: int = 2):
+    *epilogue, c = rest[:-1] if total else rest  # (bias, qparams): an int32 word per C tile column, lane j for column j
+    bias, qparams = [tile.load(t[0]) for t in epilogue] or (None, None)
+    per_row = -(-b.panels // gb)
+    partials = tile.scratch("partials", 1, -(-a.panels // ga) * per_row) if total else None  # a word per group
+    for i, j, acc, bt in chains(a, b, ga=ga, gb=gb, kc=kc, stages=stages):
         for p in range(acc.rows):  # the chain is done: each tile row, requantized if asked, stored
             row = acc[p]
             if bias is not None:

@@ -8,19 +8,13 @@ golden.mx.mx_matmul_bits is the reference, bit for bit."""
 from __future__ import annotations
 
 from kernels import tile
+from kernels.tiled.gemm import chains
 
 
 def lowp_gemm(a, b, a_scales, b_scales, *rest, ga: int, gb: int, kc: int, stages: int = 2):
     *tensor_scale, c = rest  # a_scales, b_scales: loaded with a and b (their TensorSpec names them)
     ts = tile.load(tensor_scale[0][0], scalar=True) if tensor_scale else None
-    K = a.steps
-    steps = [(i, j, k) for i in range(0, a.panels, ga) for j in range(0, b.panels, gb) for k in range(0, K, kc)]
-    acc = None
-    for i, j, k in tile.pipeline(steps, stages=stages):
-        bt = tile.load(b[j:j + gb, k:k + kc])
-        acc = tile.matmul(tile.load(a[i:i + ga, k:k + kc]), bt, acc if k else None)
-        if k + kc < K:
-            continue
+    for i, j, acc, _ in chains(a, b, ga=ga, gb=gb, kc=kc, stages=stages):  # the int8 GEMM's loop
         for p in range(acc.rows):  # the chain is done: each tile row (times the tensor scales) stored
             tile.store(c[i + p, j:j + gb], acc[p] if ts is None else acc[p] * ts)
 
