@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,18 @@ SEED = int(os.environ.get("FIRSTLIGHT_SEED", "20261130"))
 SMALL_CHIP = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64, vector=False)
 # The same with the vector unit, for the tests of the vector unit and its kernels.
 VECTOR_CHIP = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)
+
+
+def source_module(tmp_path: Path, monkeypatch, name: str, source: str, *, register: bool = False):
+    """``source`` (dedented) written as the module ``name`` in ``tmp_path`` and imported for this
+    test. ``register``: also named in FIRSTLIGHT_KERNEL_MODULES, so the tile-kernel registry (and
+    the simulators the test starts, which inherit the environment) declare its kernels."""
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if register:
+        monkeypatch.setenv("FIRSTLIGHT_KERNEL_MODULES", name)
+    sys.modules.pop(name, None)
+    return importlib.import_module(name)
 
 
 def require_sim(name: str) -> None:

@@ -12,12 +12,11 @@ with the signal it pairs with makes a race appear.
 from __future__ import annotations
 
 import re
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
+from conftest import source_module
 from kernels import tile
 from kernels.tile.spec import registry
 from rtl.board import BoardConfig
@@ -255,10 +254,7 @@ def test_a_working_set_that_does_not_fit_names_the_tile_and_what_to_change():
 
 
 def _toy_module(tmp_path, monkeypatch, body: str, name: str = "toy_tile_kernel"):
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("FIRSTLIGHT_KERNEL_MODULES", name)
-    sys.modules.pop(name, None)
+    source_module(tmp_path, monkeypatch, name, body, register=True)
 
 
 TOY = '''

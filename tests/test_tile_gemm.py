@@ -8,12 +8,11 @@ epilogue on revisions B1 and A0 (whose errata the compiler mitigates), on ragged
 extreme values, on Verilator and once on Icarus.
 """
 import shutil
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
+from conftest import source_module
 from kernels import tile
 from kernels.tile.spec import KernelRefused, registry
 from rtl.board import BoardConfig
@@ -54,12 +53,7 @@ ROW_KERNELS = '''
 
 @pytest.fixture
 def row_kernels(tmp_path, monkeypatch):
-    (tmp_path / "epilogue_rows.py").write_text(textwrap.dedent(ROW_KERNELS))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("epilogue_rows", None)
-    import epilogue_rows
-
-    return epilogue_rows
+    return source_module(tmp_path, monkeypatch, "epilogue_rows", ROW_KERNELS)
 
 
 def _tensors(*extra):

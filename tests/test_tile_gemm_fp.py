@@ -13,13 +13,11 @@ FL-NU-001 mitigation seen failing when it is turned off, and once on Icarus.
 from __future__ import annotations
 
 import shutil
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from conftest import SEED
+from conftest import SEED, source_module
 from golden import quant
 from kernels import tile
 from kernels.tile.ir import TileError
@@ -109,12 +107,7 @@ FP_TOY = '''
 
 @pytest.fixture
 def fp_toys(tmp_path, monkeypatch):
-    (tmp_path / "fp_toys.py").write_text(textwrap.dedent(FP_TOY))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("fp_toys", None)
-    import fp_toys
-
-    return fp_toys
+    return source_module(tmp_path, monkeypatch, "fp_toys", FP_TOY)
 
 
 def _fp_tensors(k=64, fmt="e4m3", scales=True, extra=()):
@@ -313,10 +306,7 @@ def test_fl_me_001_fadd_lowering_is_bit_exact_and_needed_on_a0(tmp_path, monkeyp
     from cosim.jobs import run_job
     from firstlight.jobs.tile import tile_cases_job
 
-    (tmp_path / "toy_fp_k1.py").write_text(textwrap.dedent(ONE_STEP))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("FIRSTLIGHT_KERNEL_MODULES", "toy_fp_k1")
-    sys.modules.pop("toy_fp_k1", None)
+    source_module(tmp_path, monkeypatch, "toy_fp_k1", ONE_STEP, register=True)
     for rev, policy, passes in (("B1", None, True), ("A0", None, True), ("A0", {"FL-ME-001": "off"}, False)):
         (r,) = run_job(tile_cases_job, {"cases": [["toyfpk1", {}, False]], "seed": SEED, "errata_policy": policy},
                        variant=Variant(config=CHIP, revision=rev), sim="verilator").value

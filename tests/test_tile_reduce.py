@@ -8,11 +8,10 @@ of one, odd and even word counts and rows longer than the SRAM (chunks whose par
 reduced again); the errata matrix (tests/test_errata_matrix.py) shows the defects escaping with
 the mitigations off.
 """
-import sys
-import textwrap
 
 import pytest
 
+from conftest import source_module
 from kernels import tile
 from kernels.tile.spec import registry
 from rtl.board import BoardConfig
@@ -66,10 +65,7 @@ MISUSE = '''
 
 
 def test_a_complemented_tile_used_otherwise_is_refused_with_the_line(tmp_path, monkeypatch):
-    (tmp_path / "ru_misuse.py").write_text(textwrap.dedent(MISUSE))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("ru_misuse", None)
-    import ru_misuse as m
+    m = source_module(tmp_path, monkeypatch, "ru_misuse", MISUSE)
 
     ts = [tile.TensorSpec("x", 2, 8, "int32"), tile.TensorSpec("y", 2, 1, "int32", role="out"),
           tile.TensorSpec("z", 2, 1, "int32", role="out")]

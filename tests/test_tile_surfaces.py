@@ -13,12 +13,11 @@ from __future__ import annotations
 import inspect
 import json
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from conftest import SEED, VECTOR_CHIP, require_sim
+from conftest import SEED, VECTOR_CHIP, require_sim, source_module
 
 REPRO = f"reproduce: FIRSTLIGHT_SEED={SEED} .venv/bin/python -m pytest tests/test_tile_surfaces.py"
 
@@ -80,11 +79,7 @@ TOYS = '''
 @pytest.fixture
 def toys(tmp_path, monkeypatch):
     """The toy kernels registered for this test, in this process and in the simulators it starts."""
-    name = "toy_surface_kernels"
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(TOYS))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("FIRSTLIGHT_KERNEL_MODULES", name)
-    sys.modules.pop(name, None)
+    source_module(tmp_path, monkeypatch, "toy_surface_kernels", TOYS, register=True)
     from kernels.tile.spec import registry
 
     reg = registry()
