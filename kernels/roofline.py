@@ -22,7 +22,7 @@ import math
 
 from rtl.board import BoardConfig
 from rtl.config import ChipConfig
-from rtl.isa import Opcode, decode
+from rtl.isa import Opcode, decode, feed_cycles
 
 __all__ = ["ideal_cycles", "utilization", "drain_cycles", "memory_cycles", "roofline_terms", "units_busy_cycles"]
 
@@ -122,23 +122,21 @@ def units_busy_cycles(cfg, cmds: list[int]) -> int:
 
 
 def serial_cycles_bound(cfg, board, cmds: list[int]) -> int:
-    """Cycles ``cmds`` would take if nothing overlapped: every MATMUL's feed and drain, every REDUCE
-    and VEC, every DMA's bytes (counted at the widest word, 4 x LANES bytes) at the board's
-    bandwidth plus its latency. An upper bound of a healthy run, so a watchdog budget scaled from it
+    """Cycles ``cmds`` would take if nothing overlapped: every MATMUL's feed (``isa.feed_cycles``)
+    and drain, the reduction and vector units' busy cycles (:func:`units_busy_cycles`), every DMA's
+    bytes (counted at the widest word, 4 x LANES bytes) at the board's bandwidth plus its latency,
+    a cycle for anything else. An upper bound of a healthy run, so a watchdog budget scaled from it
     fires on a hung chip and never on a long kernel."""
-    total = 0.0
+    total = float(units_busy_cycles(cfg, cmds))
     word = 4 * cfg.lanes
     for c in cmds:
+        feed = feed_cycles(c, cfg.min_matmul_cycles)
+        if feed:
+            total += feed + drain_cycles(cfg)
+            continue
         d = decode(c)
-        op = d["opcode"]
-        if op == Opcode.MATMUL:
-            total += max(d["length"], cfg.min_matmul_cycles) + drain_cycles(cfg)
-        elif op == Opcode.REDUCE:
-            total += cfg.reduce_busy_cycles(d["length"])
-        elif op == Opcode.VEC:
-            total += d["length"] + 2
-        elif op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
+        if d["opcode"] in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
             total += d["length"] * max(1, d["arg1"]) * word / board.bytes_per_cycle + board.latency
-        else:
+        elif d["opcode"] not in (Opcode.REDUCE, Opcode.VEC):
             total += 1
     return math.ceil(total)
