@@ -50,11 +50,9 @@ class Epilogue:
         requant_params(scale)  # refuses scales it cannot encode, before anything runs
         return cls(bias, np.ascontiguousarray(scale), bool(relu))
 
-    def words(self, lanes: int, tiles: int) -> np.ndarray:
-        """(2 * tiles, lanes) uint32: the bias word of every tile column, then the parameter words
-        (padding columns: bias 0, parameter 0, so their output is 0)."""
-        out = np.zeros((2, tiles * lanes), np.uint32)
-        n = len(self.bias)
-        out[0, :n] = self.bias.view(np.uint32)
-        out[1, :n] = requant_params(self.scale, self.relu)
-        return out.reshape(2 * tiles, lanes)
+    def tensors(self) -> dict[str, np.ndarray]:
+        """The GEMM kernel's epilogue inputs (kernels/tiled/gemm.py): ``bias`` (1, N) int32 and
+        ``qparams`` (1, N), each column's REQUANT parameter word (golden.vector.requant_params)
+        as int32; the kernel's layout puts column j in lane j of its tile column's word."""
+        return {"bias": self.bias[None, :].copy(),
+                "qparams": requant_params(self.scale, self.relu).astype(np.uint32).view(np.int32)[None, :]}

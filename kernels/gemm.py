@@ -71,8 +71,7 @@ async def gemm(dev: KernelDevice, a: np.ndarray, b: np.ndarray, *, mitigations: 
         if n > max_columns(cfg):
             raise ValueError(f"N={n} needs {2 * -(-n // cfg.cols)} accumulator words of epilogue parameters; the "
                              f"accumulator SRAM has {cfg.acc_depth}, so N can be at most {max_columns(cfg)}")
-        words = epilogue.words(cfg.lanes, -(-n // cfg.cols)).reshape(2, -1)[:, :n]
-        inputs["bias"], inputs["qparams"] = (words[i:i + 1].view(np.int32).copy() for i in (0, 1))
+        inputs.update(epilogue.tensors())
         kind = "relu" if epilogue.relu else "requant"
     spec = get("gemm")
     p = spec.resolve({"m": m, "n": n, "k": k, "kc": int(k_chunk or 0), "epilogue": kind,

@@ -75,12 +75,11 @@ def _inputs(p, seed, extremes):
                "b": rng.integers(-128, 128, (p["k"], p["n"]), dtype=np.int8)}
     if p["epilogue"] in _QUANT:
         from golden.epilogue import calibrate_scales
-        from golden.vector import requant_params
+        from kernels.epilogue import Epilogue
 
         bias = rng.integers(-(2**16), 2**16, p["n"]).astype(np.int32)
         scale = calibrate_scales(out["a"], out["b"], bias)
-        out["bias"] = bias[None, :]
-        out["qparams"] = requant_params(scale, p["epilogue"] == "relu").astype(np.uint32).view(np.int32)[None, :]
+        out.update(Epilogue.checked(p["n"], bias, scale, p["epilogue"] == "relu").tensors())
     return out
 
 
