@@ -14,11 +14,11 @@ import numpy as np
 
 from workarounds import Mitigations, Unit
 
-from .epilogue import Epilogue, max_columns
+from .epilogue import Epilogue
 from .gemm_plan import GemmPlan
 from .stats import KernelStats
 from .tile.spec import get, run_spec
-from .validate import check_matrix, require_vector
+from .validate import check_matrix
 
 if TYPE_CHECKING:  # the protocol of the device surface a kernel uses
     from cosim.device import KernelDevice
@@ -62,15 +62,11 @@ async def gemm(dev: KernelDevice, a: np.ndarray, b: np.ndarray, *, mitigations: 
         raise ValueError(f"k_chunk must be a positive integer, got {k_chunk!r}")
     inputs = {"a": a, "b": b}
     kind = "none"
-    if epilogue is not None:
-        require_vector(cfg, "the GEMM epilogue")
+    if epilogue is not None:  # no vector unit, or N too wide for its words: the declaration refuses (_requires)
         if not isinstance(epilogue, Epilogue):
             raise TypeError(f"epilogue must be a kernels.epilogue.Epilogue, got {type(epilogue).__name__}")
         if len(epilogue.bias) != n:
             raise ValueError(f"the epilogue has {len(epilogue.bias)} columns and b has {n}")
-        if n > max_columns(cfg):
-            raise ValueError(f"N={n} needs {2 * -(-n // cfg.cols)} accumulator words of epilogue parameters; the "
-                             f"accumulator SRAM has {cfg.acc_depth}, so N can be at most {max_columns(cfg)}")
         inputs.update(epilogue.tensors())
         kind = "relu" if epilogue.relu else "requant"
     spec = get("gemm")
