@@ -59,6 +59,7 @@ __all__ = ["AttentionPlan", "AttentionRecipe", "ATTENTION_RECIPES", "AttentionOp
            "quantize_qkv", "attention_rows", "attention_reference", "tile_mask", "needed_tiles", "attention_scales"]
 
 NEG_INF = 0xFF800000
+FP8_MIN_NORMAL = {"e4m3": 2.0 ** -6, "e5m2": 2.0 ** -14}  # the smallest normal of each format (OCP)
 E8M0_BIAS = 127
 EXACT_STAGES = ("qk", "p", "v")  # what attention_golden(exact=...) can take out of the quantization
 
@@ -199,11 +200,14 @@ def _words(x: np.ndarray, nq: int, lanes: int) -> np.ndarray:
     return x.reshape(x.shape[0], nq, lanes).transpose(1, 0, 2)
 
 
-def attention_golden(ops: AttentionOperands, plan: AttentionPlan, exact=()) -> np.ndarray:
+def attention_golden(ops: AttentionOperands, plan: AttentionPlan, exact=(), flush_p: bool = False) -> np.ndarray:
     """The kernel's output O (seq, dim) fp32, computed the kernel's way (see the module doc).
 
     ``exact``: stages (:data:`EXACT_STAGES`) computed without their quantization, for the error
-    attribution; with the default (none) the result is the chip's, bit for bit."""
+    attribution; with the default (none) the result is the chip's, bit for bit. ``flush_p``
+    (FP8 recipes; FL-NU-001's mitigation, on a chip that reads subnormal FP8 codes as zero): P is
+    set to +0 where P * 2^e is below the format's smallest normal (2^-6 E4M3, 2^-14 E5M2) before
+    the conversion, so that no code of P is subnormal."""
     exact = _check_exact(exact)
     r = ops.recipe
     S, D, L, nq = plan.seq, plan.dim, plan.lanes, plan.nq
@@ -251,6 +255,9 @@ def attention_golden(ops: AttentionOperands, plan: AttentionPlan, exact=()) -> n
             l = lt if i == 0 else vector_op("fadd", vector_op("fmul", l, alpha), lt)
             if not exact & {"p", "v"}:  # the chip's product
                 if r.fp8:
+                    if flush_p:
+                        normal = np.float32(FP8_MIN_NORMAL[r.fmt] * 2.0 ** -r.p_exp)
+                        p = np.where(floats(p) >= normal, p, np.uint32(0))
                     codes = to_fp8(p, np.uint32(c_p), r.fmt)
                     b_codes = codes.transpose(1, 0, 2).reshape(plan.tk, plan.bq)  # P^T (keys, queries)
                     a_codes = np.ascontiguousarray(v_chip[ks].T)  # V^T (D, keys)

@@ -119,23 +119,16 @@ def test_tile_order_starts_each_block_where_the_last_one_ended(seq, bq, tk, caus
     assert np.isfinite(attention_golden(quantize_attention(q, k, v), plan)).all()
 
 
-def _stream(cfg, seq, dim, causal, recipe, bq=None, tk=None):
-    """The kernel's command stream for a plan, with made-up DRAM addresses (the ledger inside
-    attention_stream refuses a wait no command signals, and leftover counts)."""
-    from golden.attention import tile_mask
-    from kernels.attention import attention_stream, plan_attention
+def _compiled(seq, dim, causal, recipe, nq=0, tk=0, constraints=None, cfg=None):
+    """The tile kernel compiled for the default chip (no device: the compiler alone)."""
+    from kernels.tile.spec import get
+    from rtl.board import BoardConfig
+    from rtl.config import ChipConfig
 
-    plan = plan_attention(cfg, seq, dim, causal, bq, tk, recipe=recipe)
-    masks, distinct = {}, []
-    for bi, q0 in enumerate(plan.blocks()):
-        for ti, k0 in enumerate(plan.tiles(q0)):
-            mw = tile_mask(plan, q0, k0)
-            if mw is not None:
-                key = mw.tobytes()
-                distinct += [key] if key not in distinct else []
-                masks[(bi, ti)] = distinct.index(key)
-    addr = {name: 4096 * (i + 1) for i, name in enumerate(("q", "k", "v", "vs", "ps", "const", "masks", "o"))}
-    return plan, attention_stream(cfg, plan, addr, masks, attention_recipe(recipe).fmt)
+    cfg = cfg or ChipConfig()
+    spec = get("attention")  # the alias of flash_attention
+    p = spec.resolve({"seq": seq, "dim": dim, "causal": causal, "recipe": recipe, "nq": nq, "tk": tk})
+    return spec.compile(p, cfg, BoardConfig().resolve(cfg), constraints)
 
 
 @pytest.mark.parametrize("recipe", list(ATTENTION_RECIPES))
@@ -147,8 +140,8 @@ def test_stream_loads_a_kv_tile_only_when_the_tile_changes(recipe):
     from rtl.memories import Region
 
     cfg = ChipConfig()
-    plan, cmds = _stream(cfg, 256, 64, False, recipe, bq=32, tk=32)
-    d = [decode(c) for c in cmds]
+    c = _compiled(256, 64, False, recipe, nq=32 // cfg.lanes, tk=32)
+    d = [decode(x) for x in c.commands]
     a_loads = [x for x in d if x["opcode"] == Opcode.DMA_LOAD and x["flags"]["region"] == Region.A]
     assert len(a_loads) == 2 * (64 - 7), len(a_loads)
     mms = [x for x in d if x["opcode"] == Opcode.MATMUL]
@@ -159,32 +152,72 @@ def test_stream_loads_a_kv_tile_only_when_the_tile_changes(recipe):
         assert sum(x["opcode"] == Opcode.DMA_LOAD and x["flags"]["region"] == Region.SA for x in d) == 64 - 7
         # O (+)= the product from the second tile of a block on: accumulate in the engine
         assert sum(x["flags"]["accumulate"] for x in fp) == (64 - 8) * 8 * 16
+        # P's block scales: loaded into SB once, for the whole kernel
+        assert sum(x["opcode"] == Opcode.DMA_LOAD and x["flags"]["region"] == Region.SB for x in d) == 1
     else:
         assert not fp
 
 
 def test_fp8_plans_keep_a_key_tile_within_one_mx_block():
-    from kernels.attention import plan_attention
-    from rtl.config import ChipConfig
+    from kernels.tile.ir import TileError
 
-    cfg = ChipConfig()
     for seq, dim, causal in ((256, 64, False), (100, 24, True), (37, 8, False), (300, 128, False)):
-        p = plan_attention(cfg, seq, dim, causal, recipe="fp8-e4m3")
-        assert p.tk % 32 == 0 or 32 % p.tk == 0, (seq, dim, causal, p.tk)
-    with pytest.raises(ValueError, match="tk=12 must divide 32 or be a multiple of it"):
-        plan_attention(cfg, 64, 8, False, bq=4, tk=12, recipe="fp8-e5m2")
-    plan_attention(cfg, 64, 8, False, bq=4, tk=12, recipe="int8")  # the int8 recipe has no blocks
+        tk = _compiled(seq, dim, causal, "fp8-e4m3").kernel_args["tk"]
+        assert tk % 32 == 0 or 32 % tk == 0, (seq, dim, causal, tk)
+    with pytest.raises(TileError, match="takes key tiles that divide 32 or are a multiple of it"):
+        _compiled(64, 8, False, "fp8-e5m2", nq=1, tk=12)
+    _compiled(64, 8, False, "int8", nq=1, tk=12)  # the int8 recipe has no blocks
+
+
+def test_fl_nu_001_flushes_p_before_its_fp8_conversion_only_where_it_is_active():
+    """On a revision whose PE reads FP8 subnormals as zero, the compiler flushes P's would-be
+    subnormal values before CVT_F8 (an FMIN per conversion marks the rule); elsewhere, and for
+    the int8 recipe, the stream has no such pass."""
+    from rtl.isa import Opcode, VecOp, decode
+    from workarounds.constraints import LowpConstraints
+
+    daz = {"lowp": LowpConstraints(fp8_subnormals_flushed=True)}
+
+    def counts(recipe, constraints):
+        d = [decode(x) for x in _compiled(37, 8, False, recipe, nq=1, tk=32, constraints=constraints).commands]
+        vec = [x["flags"]["op"] for x in d if x["opcode"] == Opcode.VEC]
+        return vec.count(VecOp.CVT_F8), vec.count(VecOp.FMIN)
+
+    steps = 10 * 2  # 10 blocks of one query tile, two key tiles each: one conversion a step
+    assert counts("fp8-e4m3", None) == (steps, 0)
+    assert counts("fp8-e4m3", daz) == (steps, steps)
+    assert counts("int8", daz) == (0, 0)
+
+
+@pytest.mark.parametrize("recipe", ["fp8-e4m3", "fp8-e5m2"])
+def test_golden_flush_zeroes_exactly_the_p_values_below_the_normal_range(recipe):
+    """flush_p changes only the outputs that draw on a P value whose code would be subnormal: on
+    scores where no such P occurs the golden is the same bits, on one-hot scores it differs."""
+    r = attention_recipe(recipe)
+    q, k, v = _inputs(SEED, 16, 8)
+    plan = AttentionPlan(16, 8, 4, 4, 4, 8, False)
+    ops = quantize_attention(q * 0.1, k * 0.1, v, recipe)  # small scores: every P is near 1
+    assert np.array_equal(attention_golden(ops, plan).view(np.uint32),
+                          attention_golden(ops, plan, flush_p=True).view(np.uint32))
+    # the threshold lies between two keys' probabilities: exp(-d) just above and below 2^-(6+e)
+    thr = {"e4m3": 2.0 ** -6, "e5m2": 2.0 ** -14}[r.fmt] * 2.0 ** -r.p_exp
+    k2 = k.copy()
+    k2[3] = q.mean(axis=0) * 60  # one key far above the rest: the others' P fall through the range
+    ops = quantize_attention(q, k2, v, recipe)
+    a, b = attention_golden(ops, plan), attention_golden(ops, plan, flush_p=True)
+    assert thr > 0 and not np.array_equal(a.view(np.uint32), b.view(np.uint32)), REPRO
+    assert np.allclose(a, b, atol=1e-3), REPRO  # the flushed values are below 2^-14 of the largest
 
 
 def test_cli_recipe_errors(capsys):
     from firstlight import cli
 
     assert cli.main(["run", "attention", "--seq", "8", "--dim", "4", "--recipe", "fp16"]) == cli.EXIT_CANNOT_START
-    assert "unknown recipe 'fp16'; accepted: int8, fp8-e4m3, fp8-e5m2" in capsys.readouterr().err
+    assert "invalid choice: 'fp16' (choose from 'int8', 'fp8-e4m3', 'fp8-e5m2')" in capsys.readouterr().err
     argv = ["run", "attention", "--seq", "8", "--dim", "4", "--recipe", "fp8-e5m2", "--rev", "B1", "--formats", "int8"]
     assert cli.main(argv) == cli.EXIT_CANNOT_START
     err = capsys.readouterr().err
-    assert "--recipe fp8-e5m2 runs an e5m2 MATMUL, and this chip is built without that format" in err
+    assert "recipe fp8-e5m2 runs an e5m2 MATMUL, and this chip is built without that format" in err
     assert cli.main(["run", "attention", "--help"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ATTENTION_RECIPES)

@@ -43,3 +43,35 @@ def test_fp8_recipes_bit_exact(sim, tmp_path):
         floor = {"fp8-e4m3": 24, "fp8-e5m2": 19}[recipe]  # docs/numerics.md: ~29 and ~23.5 dB on N(0, 1)
         sq = sqnr_db(attention_reference(q, k, v, causal), got.view(np.float32).astype(np.float64))
         assert sq > floor, f"attention {r['case']}: SQNR {sq:.1f} dB (seed {SEED})"
+
+
+def _tile_cases(cases, rev, policy=None):
+    from firstlight.jobs.tile import tile_cases_job
+
+    return run_job(tile_cases_job, {"cases": [["attention", p, x] for p, x in cases], "seed": SEED,
+                                    "errata_policy": policy}, variant=Variant(revision=rev), sim="verilator").value
+
+
+def _repro(p, rev, extremes, policy=None) -> str:
+    flags = " ".join(f"--{k} {v}" if not isinstance(v, bool) else f"--{k}" for k, v in p.items() if v is not False)
+    return (f"firstlight run attention {flags} --rev {rev} --seed {SEED}" + (" --extremes" if extremes else "")
+            + "".join(f" --errata-policy {k}={v}" for k, v in (policy or {}).items()))
+
+
+A0_CASES = [({"seq": 37, "dim": 8, "causal": True, "recipe": "fp8-e4m3"}, True),
+            ({"seq": 13, "dim": 6, "causal": True, "recipe": "fp8-e5m2", "nq": 1, "tk": 4}, False),
+            ({"seq": 40, "dim": 12, "recipe": "fp8-e4m3", "nq": 2, "tk": 32}, False),
+            ({"seq": 13, "dim": 8, "causal": True}, True)]
+
+
+def test_every_recipe_on_a0_with_its_mitigations():
+    """A0 (FL-ME-001, FL-ME-002, FL-SR-001, FL-NU-001, FL-DM-001) runs every recipe bit-exact; one-hot
+    P (--extremes) puts P's values in FP8's subnormal range, which FL-NU-001's flush handles. With
+    that mitigation off the same run is seen failing: the defect escapes, then is caught."""
+    results = _tile_cases(A0_CASES, "A0")
+    bad = [(r["mismatch"], _repro(p, "A0", x)) for r, (p, x) in zip(results, A0_CASES) if not r["passed"]]
+    assert not bad, bad
+    assert all("FL-NU-001" in r["mitigations"] and "FL-ME-002" in r["mitigations"] for r in results)
+    off = {"FL-NU-001": "off"}
+    (r,) = _tile_cases(A0_CASES[:1], "A0", off)
+    assert not r["passed"], f"FL-NU-001 off should corrupt P's subnormal codes: {_repro(A0_CASES[0][0], 'A0', True, off)}"

@@ -99,10 +99,11 @@ def test_run_gemm_epilogue_refused_up_front(extra, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
-def test_run_attention_on_a_revision_it_cannot_mitigate_is_cannot_start(capsys):
-    assert cli.main(["run", "attention", "--seq", "8", "--dim", "4", "--rev", "A0"]) == cli.EXIT_CANNOT_START
-    err = capsys.readouterr().err
-    assert "FL-ME-002" in err and "B1" in err, err
+def test_run_attention_compiles_for_a0_with_its_mitigations(capsys):
+    """Attention once refused A0 and A1 (no FL-ME-001/FL-ME-002 mitigation in its hand stream); the
+    tile kernel gets the compiler's passes: its A0 stream carries FL-ME-002's spacer words."""
+    assert cli.main(["run", "attention", "--seq", "8", "--dim", "4", "--rev", "A0", "--dump"]) == cli.EXIT_OK
+    assert "(FL-ME-002: the spacers' zero B words)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -443,21 +444,24 @@ def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
     assert fn is kernel_jobs.bench_job and kw["sim"] == "verilator"
     assert kwargs == {"shapes": [[2, 2, 2], [3, 4, 5]], "seed": 1, "errata_policy": {},
                       "double_buffer": [True, False], "trace": False}  # --buffering both by default
-    # and the vector-unit table, by default attention 256x64 (plain and causal) and every row
-    # kernel's own bench entries (tests/test_tile_surfaces.py: the registry's, a new kernel's too)
+    # and the vector-unit table, by default every vector-unit kernel's own bench entries (attention
+    # 256x64, plain and causal, among them) (tests/test_tile_surfaces.py: the registry's, a new kernel's too)
     from kernels.tile.spec import registry
 
     assert vfn is kernel_jobs.vector_bench_job
     bench_rows = [[s.name, dict(b)] for s in registry().values() if "vector" in s.needs for b in s.bench]
     assert ["softmax", {"rows": 64, "cols": 256}] in bench_rows
-    assert vkwargs == {"attention": [[256, 64, False], [256, 64, True]], "kernels": bench_rows, "seed": 1}
+    assert vkwargs == {"kernels": bench_rows, "seed": 1}
+    assert ["flash_attention", {"seq": 256, "dim": 64, "causal": True}] in bench_rows
     n = len(fake_jobs)
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "--attention", "--rows"]) == cli.EXIT_OK
     assert [f for f, _, _ in fake_jobs[n:]] == [kernel_jobs.bench_job], "--attention/--rows with no value: none"
     assert cli.main(["bench", "--sims", "verilator", "--attention", "64"]) == cli.EXIT_CANNOT_START
-    n = len(fake_jobs)  # on A0 attention is skipped (its MATMUL-errata mitigations are not built), rows still run
+    # on A0 too (attention is a tile kernel: the compiler's errata passes), and --attention replaces its entries
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2"]) == cli.EXIT_OK
-    assert fake_jobs[-1][1]["attention"] == [] and fake_jobs[-1][1]["kernels"] == bench_rows
+    assert fake_jobs[-1][1]["kernels"] == bench_rows
+    assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "--attention", "64x16c", "--rows"]) == cli.EXIT_OK
+    assert fake_jobs[-1][1]["kernels"] == [["flash_attention", {"seq": 64, "dim": 16, "causal": True}]]
     assert [r["shape"] for r in json.loads(out.read_text())] == ["2x2x2", "3x4x5"]
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2"]) == cli.EXIT_CANNOT_START
 

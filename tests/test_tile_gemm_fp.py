@@ -143,7 +143,7 @@ def test_refusals_name_the_kernel_line(fp_toys):
         _build(fp_toys.plain, _fp_tensors(scales=False), config=ChipConfig(formats=("int8", "e5m2")))
     with pytest.raises(TileError, match=r"fp_toys.py:\d+: the e4m3 A tile a0 has no block scales: declare"):
         _build(fp_toys.plain, _fp_tensors(scales=False))
-    with pytest.raises(TileError, match=r"fp_toys.py:\d+: a .* blocks of 32 K steps.*not at step 16"):
+    with pytest.raises(TileError, match=r"fp_toys.py:\d+: a .* blocks of 32 K steps.*lies within one, not steps 16:48"):
         _build(fp_toys.off_block, _fp_tensors())
     with pytest.raises(TileError, match=r"its scales 'sa' must be a 4x2 e8m0 tensor"):
         _build(fp_toys.plain, [*_fp_tensors()[:2], T("sa", 4, 3, "e8m0", layout="a_panels"), *_fp_tensors()[3:]])

@@ -170,8 +170,8 @@ def test_backend_refuses_a_graph_that_needs_gradients(chip):
 
 
 def test_a_kernel_refusal_at_run_time_falls_back_with_the_kernels_words():
-    """On A0 the attention kernel refuses (its MATMUL-errata mitigations are not built): the node
-    runs on the CPU and the table quotes why; the GEMMs run with A0's mitigations, listed."""
+    """A head dimension past the attention kernel's range (300 > 256) is refused when the node runs:
+    it runs on the CPU and the table quotes why; the GEMMs run with A0's mitigations, listed."""
     require_sim("verilator")
     import firstlight
     import firstlight.torch as flt
@@ -180,7 +180,7 @@ def test_a_kernel_refusal_at_run_time_falls_back_with_the_kernels_words():
         def forward(self, q):
             return F.scaled_dot_product_attention(q, q, q) @ q.transpose(-1, -2)
 
-    q = torch.randn(1, 1, 8, 4, generator=torch.Generator().manual_seed(SEED + 3))  # 4-D: one SDPA node
+    q = torch.randn(1, 1, 8, 300, generator=torch.Generator().manual_seed(SEED + 3))  # 4-D: one SDPA node
     with firstlight.open(rev="A0", config=VECTOR_CHIP) as s, torch.no_grad():
         be = flt.backend(s, report=None)
         torch._dynamo.reset()
@@ -188,7 +188,7 @@ def test_a_kernel_refusal_at_run_time_falls_back_with_the_kernels_words():
         torch._dynamo.reset()
     where = {r["op"]: r for r in be.table()}
     sdpa = where["aten._scaled_dot_product_flash_attention_for_cpu.default"]
-    assert sdpa["where"].startswith("CPU: the kernel refused: the active errata mitigations")
+    assert sdpa["where"].startswith("CPU: the kernel refused: dim must be in [1, 256]"), sdpa
     assert "FL-ME-001" in where["aten.bmm.default"]["mitigations"], where
     assert "FL-ME-001" in be.summary()["mitigations"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "DmaCell", "VecCell", "AttentionCell", "TileCell", "Cell",
+__all__ = ["GemmCell", "GemmSumCell", "ReduceCell", "LowpCell", "DmaCell", "VecCell", "TileCell", "Cell",
            "CELL_TYPES",
            "describe"]
 
@@ -100,19 +100,6 @@ class VecCell:
 
 
 @dataclass(frozen=True)
-class AttentionCell:
-    """Flash attention (kernels.attention) on N(0, 1) Q, K, V of ``seq x dim``."""
-
-    seq: int
-    dim: int
-    causal: bool = False
-    kernel = "attention"
-
-    def shape(self) -> str:
-        return f"{self.seq}x{self.dim}{' causal' if self.causal else ''}"
-
-
-@dataclass(frozen=True)
 class TileCell:
     """A tile-language kernel (kernels/tiled/, by its KernelSpec name) at ``params`` (name, value
     pairs) on its declaration's seeded inputs, against its golden. Every mitigation written as a
@@ -126,8 +113,8 @@ class TileCell:
         return f"{self.name} " + " ".join(f"{k}={v}" for k, v in self.params)
 
 
-Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell | DmaCell | VecCell | AttentionCell | TileCell
-CELL_TYPES = (GemmCell, GemmSumCell, ReduceCell, LowpCell, DmaCell, VecCell, AttentionCell, TileCell)
+Cell = GemmCell | GemmSumCell | ReduceCell | LowpCell | DmaCell | VecCell | TileCell
+CELL_TYPES = (GemmCell, GemmSumCell, ReduceCell, LowpCell, DmaCell, VecCell, TileCell)
 
 
 def describe(cell: Cell) -> str:

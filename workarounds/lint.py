@@ -15,7 +15,7 @@ from golden.quant import RECIPES
 from rtl.isa import ReduceOp
 from rtl.revisions import REVISIONS, Defect
 
-from .cells import CELL_TYPES, AttentionCell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, TileCell, VecCell
+from .cells import CELL_TYPES, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, TileCell, VecCell
 from .constraints import knob_problems
 from .passes import PASSES
 from .registry import ASSESSED_REVISIONS, CATEGORIES, ERRATA, ID_PREFIXES, NEEDS, Unit, Erratum
@@ -38,8 +38,7 @@ def cell_problems(cell) -> list[str]:
             return [f"tile cell {cell.name}: params must be (name, value) pairs, not {cell.params!r}"]
         return []
     dims = (("m", "n", "k") if isinstance(cell, (GemmCell, GemmSumCell, LowpCell))
-            else ("rows", "words", "pitch") if isinstance(cell, DmaCell)
-            else ("seq", "dim") if isinstance(cell, AttentionCell) else ("rows", "cols"))
+            else ("rows", "words", "pitch") if isinstance(cell, DmaCell) else ("rows", "cols"))
     for d in dims:
         v = getattr(cell, d)
         if not isinstance(v, int) or v < 1:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from rtl.revisions import Defect
 
-from .cells import AttentionCell, Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, TileCell, VecCell
+from .cells import Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, TileCell, VecCell
 
 __all__ = ["Erratum", "ERRATA", "BY_ID", "Unit", "UNITS", "CATEGORIES", "ID_PREFIXES", "ASSESSED_REVISIONS",
            "erratum"]
@@ -296,7 +296,7 @@ ERRATA = ERRATA + (
         "words instead of one)",
         mitigation_kind="stream",
         cell=VecCell(op="expsub", broadcast="row", rows=5, cols=9),
-        scale=AttentionCell(seq=64, dim=32),
+        scale=TileCell("flash_attention", (("seq", 64), ("dim", 32))),
     ),
 )
 

@@ -1145,7 +1145,6 @@ async def stage_kernels(ctx: Ctx):
             problems.append(f"{rc} 16x12x96 (chip {'bits' if res.fp else 'int32'} vs golden): {bad['count']} wrong, "
                             f"first at {tuple(bad['index'])}: got {bad['got']}, expected {bad['expected']}")
     vector = await _tile_kernels(dev, rng, mit, problems)
-    vector += await _vector_kernels(dev, rng, mit, problems) if ctx.expected.vector else []
     problems = [p for p in problems if p]
     figures = {"gemm_shapes": len(GEMM_SUITE), "reduce_shapes": len(REDUCE_SUITE), "lowp_recipes": len(lowp),
                "tile_kernels": vector, "mitigations": sorted(mitigations)}
@@ -1180,24 +1179,6 @@ async def _tile_kernels(dev, rng, mit, problems: list) -> list[str]:
                                 f"expected {bad['expected']}")
             ran.append(spec.name)
     return list(dict.fromkeys(ran))
-
-
-async def _vector_kernels(dev, rng, mit, problems: list) -> list[str]:
-    """A causal attention of 9 keys against its kernel golden (the row kernels are tile-language
-    kernels: :func:`_tile_kernels`)."""
-    from golden.attention import AttentionPlan, attention_rows, quantize_qkv
-    from kernels.attention import attention
-
-    lanes = dev.config.lanes
-    gc = mit.gemm
-    if gc.repeat_first_a_word or gc.avoid_unit_chunk:  # attention has no mitigation for those MATMUL errata yet
-        return ["(attention skipped: its MATMUL-errata mitigations are not built)"]
-    q, k, v = (rng.standard_normal((9, 8)).astype(np.float32) for _ in range(3))
-    got, st = await attention(dev, q, k, v, causal=True, mitigations=mit)
-    plan = AttentionPlan(9, 8, lanes, dev.config.rows, st.plan["bq"], st.plan["tk"], True)
-    problems.append(_mismatch(got.view(np.uint32), attention_rows(*quantize_qkv(q, k, v), plan).view(np.uint32),
-                              "attention 9x8 causal"))
-    return ["attention"]
 
 
 # ---- 12. performance ------------------------------------------------------------------------

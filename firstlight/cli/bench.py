@@ -23,7 +23,6 @@ from .common import (
     add_keep_option,
     add_rev_option,
     add_seed_option,
-    attention_blockers,
     console,
     err_console,
     fmt_pct,
@@ -38,7 +37,6 @@ from .common import (
 __all__ = ["DEFAULT_SHAPES", "COLUMNS", "add_parser", "bench_table", "row_kernel_cases", "cmd"]
 
 DEFAULT_SHAPES = ["16x16x16", "32x32x32", "64x64x64", "128x128x128", "256x256x256", "4x512x512"]
-DEFAULT_ATTENTION = ["256x64", "256x64c"]  # seq x head dim, c: causal
 ICARUS_MAX_SIDE = 128  # Icarus is much slower: without --shapes it runs shapes of at most this side cubed MACs
 
 
@@ -68,8 +66,8 @@ def add_parser(subparsers) -> None:
     b.add_argument("--no-double-buffer", action="store_true",
                    help="the same as --buffering single")
     b.add_argument("--attention", nargs="*", default=None, metavar="SEQxDIM[c]",
-                   help=f"attention shapes for the vector-unit table, a trailing c for causal (default: "
-                        f"{' '.join(DEFAULT_ATTENTION)}; with no value: none)")
+                   help="flash-attention shapes for the vector-unit table, a trailing c for causal (default: the "
+                        "kernel's own bench entries, 256x64 and 256x64c; with no value: none)")
     b.add_argument("--rows", nargs="*", default=None, metavar="RxC", dest="row_shapes",
                    help="shapes for the row kernels of the vector-unit table, each run by every tile-language "
                         "vector-unit kernel with rows and cols parameters (default: each kernel's own bench entries "
@@ -146,11 +144,13 @@ VECTOR_COLUMNS = [("sim", "sim", str), ("kernel", "kernel", str), ("shape", "sha
                   ("compile\ns", "compile_s", lambda v: "-" if v is None else f"{v:.3f}")]
 
 
-def row_kernel_cases(shapes: list[list[int]] | None, config, board) -> tuple[list[list], list[str]]:
+def row_kernel_cases(shapes: list[list[int]] | None, config, board, attention: list | None = None
+                     ) -> tuple[list[list], list[str]]:
     """The row-kernel rows of the vector-unit table, from the registry (kernels/tile/spec.py):
     ``([name, params], ...)`` for every KernelSpec that needs the vector unit and every entry of
     its ``bench``, or with ``shapes`` (``--rows``) every such kernel with ``rows`` and ``cols`` at
-    each shape, its other parameters at their defaults; and why a case was left out. (A kernel
+    each shape, its other parameters at their defaults (``attention``, ``--attention``: flash
+    attention's [seq, dim, causal] instead of its entries); and why a case was left out. (A kernel
     that does not use the vector unit, the tile-language GEMM, is not this table's.) Each case is
     resolved and compiled for this chip here, so that a kernel that cannot run on it (a shape out
     of its range, a tile that does not fit the SRAM, no vector unit) is a line of the output
@@ -161,7 +161,9 @@ def row_kernel_cases(shapes: list[list[int]] | None, config, board) -> tuple[lis
     for spec in registry().values():
         if "vector" not in spec.needs:
             continue
-        if shapes is None:
+        if spec.name == "flash_attention" and attention is not None:
+            entries = [{"seq": s, "dim": d, "causal": c} for s, d, c in attention]
+        elif shapes is None:
             entries = [dict(b) for b in spec.bench]
         elif {"rows", "cols"} <= {prm.name for prm in spec.params}:
             entries = [{"rows": r, "cols": c} for r, c in shapes]
@@ -219,7 +221,7 @@ def cmd(args) -> int:
             console.print(plain((f"skipping {s}: ", "yellow"), str(info)))
     variant = variant_from_args(args)
     shapes_given = [_parse_shape(x) for x in (args.shapes or DEFAULT_SHAPES)]
-    attention = [_parse_attention(x) for x in (DEFAULT_ATTENTION if args.attention is None else args.attention)]
+    attention = None if args.attention is None else [_parse_attention(x) for x in args.attention]
     row_shapes = None if args.row_shapes is None else [_parse_rows(x) for x in args.row_shapes]
 
     # imported once the arguments are known good, so that a bad one exits 2 quickly
@@ -271,21 +273,15 @@ def cmd(args) -> int:
                               soft_wrap=True)
     console.print(bench_table(rows, title))
     vrows = []
-    blockers = attention_blockers(args.rev)
-    if attention and blockers:
-        console.print(plain((f"attention skipped on {args.rev}: ", "yellow"), f"its mitigations of {', '.join(blockers)} "
-                            "are not built for the attention kernel yet (bench --rev B1 runs it)"))
-        attention = []
-    row_cases, skipped = row_kernel_cases(row_shapes, cfg, board) if cfg.vector else ([], [])
+    row_cases, skipped = row_kernel_cases(row_shapes, cfg, board, attention) if cfg.vector else ([], [])
     for why in skipped:
         console.print(plain(("row kernel skipped: ", "yellow"), why))
-    if cfg.vector and (attention or row_cases):
+    if cfg.vector and row_cases:
         for s in sims:
             if s == "icarus" and args.attention is None and args.row_shapes is None:
                 continue  # ~40x slower: only what is asked for
             recs, job_failed, died = _bench_records(kernel_jobs.vector_bench_job, {
-                "attention": attention, "kernels": row_cases, "seed": args.seed}, "vector_bench", variant, s,
-                args.keep)
+                "kernels": row_cases, "seed": args.seed}, "vector_bench", variant, s, args.keep)
             failed |= job_failed
             harness |= died
             for r in recs:

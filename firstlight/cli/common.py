@@ -40,7 +40,6 @@ __all__ = [
     "add_rev_option",
     "add_seed_option",
     "add_sim_option",
-    "attention_blockers",
     "array",
     "cells",
     "check_output_dir",
@@ -232,17 +231,6 @@ def variant_from_args(args: argparse.Namespace):
         except ValueError as e:
             raise CannotStart(f"--sram-depth: {e}") from None
     return Variant(config=cfg, revision=args.rev, board=board_from_args(args, cfg))
-
-
-def attention_blockers(revision: str, policy: dict | None = None) -> list[str]:
-    """The errata active on ``revision`` (under ``policy``) whose MATMUL mitigations the attention
-    kernel does not implement yet (kernels/attention.py refuses them)."""
-    from workarounds import ERRATA
-    from workarounds.policy import resolve
-
-    res = resolve(revision, policy or None, warn=False)
-    return [e.id for e in ERRATA if e.id in res.active
-            and {"repeat_first_a_word", "avoid_unit_chunk"} & set(e.knobs.get("gemm", {}))]
 
 
 def board_from_args(args: argparse.Namespace, cfg):

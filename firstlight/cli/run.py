@@ -27,14 +27,12 @@ from .common import (
     add_rev_option,
     add_seed_option,
     add_sim_option,
-    attention_blockers,
     cells,
     check_output_dir,
     console,
     err_console,
     fmt_pct,
     plain,
-    positive,
     require_sim,
     uses_build_cache,
     variant_from_args,
@@ -46,7 +44,7 @@ __all__ = ["add_parser", "cmd"]
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options ``run attention`` and the tile-language kernels share."""
+    """The options every ``run <kernel>`` takes."""
     add_sim_option(p, help=f"simulator to run on (default: {DEFAULT_SIM})")
     add_array_option(p, help="systolic array size, e.g. 4x4 (default) or 8x8")
     add_seed_option(p, help="seed for the random operands (default: 1)")
@@ -77,22 +75,6 @@ def add_parser(subparsers) -> None:
     run.set_defaults(handler=cmd)
     run_sub = run.add_subparsers(dest="kernel", required=True, metavar="KERNEL")
     _add_tile_kernels(run_sub)
-    from golden.attention_recipes import ATTENTION_RECIPES
-
-    at = run_sub.add_parser(
-        "attention", help="single-head flash attention (softmax(Q K^T / sqrt(D)) V), int8 or FP8 P and V",
-        epilog="recipes:\n" + "\n".join(f"  {r.name:9} {r.summary}" for r in ATTENTION_RECIPES.values())
-        + "\n\n" + EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Seeded N(0, 1) Q, K, V of shape (seq, dim), quantized on the host as the recipe says; on the "
-                    "chip S^T = K Q^T, the online softmax, P converted into the B SRAM and O^T = V^T P^T "
-                    "(kernels/attention.py). Checked bit for bit against golden/attention.py and by SQNR against "
-                    "float64.")
-    at.add_argument("--seq", type=positive, required=True, help="sequence length (queries = keys)")
-    at.add_argument("--dim", type=positive, required=True, help="head dimension")
-    at.add_argument("--causal", action="store_true", help="mask keys after each query")
-    at.add_argument("--recipe", type=_attention_recipe, default="int8", metavar="NAME",
-                    help=f"how P and V are quantized: {', '.join(ATTENTION_RECIPES)} (default int8; see below)")
-    _add_run_options(at)
 
 
 def _add_tile_kernels(run_sub) -> None:
@@ -103,7 +85,7 @@ def _add_tile_kernels(run_sub) -> None:
     for spec in registry().values():
         ex = "".join(f"\n  firstlight run {spec.name} {e}" for e in spec.examples)
         sp = run_sub.add_parser(
-            spec.name, help=spec.summary, formatter_class=argparse.RawDescriptionHelpFormatter,
+            spec.name, aliases=list(spec.aliases), help=spec.summary, formatter_class=argparse.RawDescriptionHelpFormatter,
             epilog=(f"examples:{ex}\n\n" if ex else "") + EPILOG,
             description=f"{spec.summary}. Written in the tile language ({spec.module}); seeded inputs from its "
                         "declaration (--extremes: the hard cases it names), checked bit for bit against its golden "
@@ -149,26 +131,6 @@ def _tile_kernel(args, variant):
     return tile_jobs.tile_job, {"kernel": spec.name, "params": p}, shape, compiled
 
 
-def _attention_recipe(text: str) -> str:
-    from golden.attention_recipes import ATTENTION_RECIPES
-
-    if text not in ATTENTION_RECIPES:
-        raise argparse.ArgumentTypeError(f"unknown recipe {text!r}; accepted: {', '.join(ATTENTION_RECIPES)}")
-    return text
-
-
-def _dram_need(args, cfg) -> tuple[int, str] | None:
-    """The DRAM bytes a kernel that stages all its data at once needs (padded as it pads), or
-    None for the row kernels (they stage one accumulator-SRAM chunk at a time)."""
-    def up(x: int, q: int) -> int:
-        return -(-x // q) * q
-
-    if args.kernel == "attention":
-        s, d = up(args.seq, cfg.rows), up(args.dim, cfg.lanes)
-        return 3 * s * d + 4 * s * d, f"Q, K, V ({args.seq}x{args.dim} int8) and O (fp32)"
-    return None
-
-
 def _host_bytes() -> int:
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -176,28 +138,14 @@ def _host_bytes() -> int:
         return 1 << 62
 
 
-def _check_fits_dram(args, variant) -> None:
-    """Refuse, before anything is built, a problem whose data cannot fit the board's DRAM (the
-    kernels that stage everything at once) or the host's memory (inputs, golden, result: about
-    16 bytes a value for the row kernels)."""
-    if getattr(args, "tile_spec", None):  # the compiler places its tensors in DRAM and refuses what does not fit
-        host = 16 * (getattr(args, "tk_rows", None) or 1) * (getattr(args, "tk_cols", None) or 1)
-        if host > _host_bytes() // 2:
-            raise CannotStart(f"the problem needs about {host:,} bytes of host memory, more than half of this "
-                              f"machine's {_host_bytes():,}; make the problem smaller")
-        return
-    need = _dram_need(args, variant.config)
-    if need is not None:
-        nbytes, what = need
-        have = variant.resolved_board.dram_bytes
-        if nbytes > have:
-            raise CannotStart(f"{what} take {nbytes:,} bytes of DRAM, and the board has {have:,} "
-                              f"(--dram-size, at most 16 MiB = 16,777,216); make the problem smaller")
-        return
-    host = 16 * args.rows * args.cols
+def _check_fits_host(args) -> None:
+    """Refuse, before anything is built, a problem whose data cannot fit the host's memory (inputs,
+    golden, result: about 16 bytes a value for the row kernels); the compiler places the tensors
+    in the board's DRAM and refuses what does not fit there."""
+    host = 16 * (getattr(args, "tk_rows", None) or 1) * (getattr(args, "tk_cols", None) or 1)
     if host > _host_bytes() // 2:
-        raise CannotStart(f"{args.rows}x{args.cols} values need about {host:,} bytes of host memory (input, golden "
-                          f"and result), more than half of this machine's {_host_bytes():,}; make the problem smaller")
+        raise CannotStart(f"the problem needs about {host:,} bytes of host memory, more than half of this "
+                          f"machine's {_host_bytes():,}; make the problem smaller")
 
 
 def _policy(items: list[str]) -> dict[str, str]:
@@ -221,42 +169,11 @@ def cmd(args) -> int:
         work = args.waves_dir or Path("firstlight-out") / f"run-{int(time.time())}"
         check_output_dir(work, "--waves-dir" if args.waves_dir else "--waves (the waveform folder)")
 
-    _check_fits_dram(args, variant)
-    # imported once the arguments are known good, so that a bad one exits 2 quickly
-    from firstlight.jobs import kernels as kernel_jobs
-
-    if args.kernel == "attention":
-        if not variant.config.vector:
-            raise CannotStart("attention needs the vector unit, and this chip is built without it")
-        from kernels.attention import plan_attention
-        from rtl.revisions import REVISIONS
-
-        lacking = attention_blockers(args.rev, policy)
-        if lacking:
-            fine = [r for r in REVISIONS if not attention_blockers(r)]
-            raise CannotStart(f"attention does not implement the mitigations of {', '.join(lacking)} (revision "
-                              f"{args.rev}) yet; run it on {' or '.join(fine) or 'no revision'}, or with "
-                              f"--errata-policy {lacking[0]}=off to see the defect")
-        from golden.attention_recipes import attention_recipe
-
-        fmt = attention_recipe(args.recipe).fmt
-        if fmt != "int8" and fmt not in variant.config.formats:
-            raise CannotStart(f"--recipe {args.recipe} runs an {fmt} MATMUL, and this chip is built without that "
-                              f"format (--formats {','.join(variant.config.formats)})")
-        try:
-            plan_attention(variant.config, args.seq, args.dim, args.causal, recipe=args.recipe)
-        except ValueError as e:
-            raise CannotStart(str(e)) from None
-        job, kwargs = kernel_jobs.attention_job, {"seq": args.seq, "dim": args.dim, "causal": args.causal,
-                                                  "recipe": args.recipe}
-        shape = f"seq {args.seq} dim {args.dim}{' causal' if args.causal else ''} recipe {args.recipe}"
-    elif getattr(args, "tile_spec", None):
-        job, kwargs, shape, compiled = _tile_kernel(args, variant)
-        if args.dump:
-            console.print(plain(compiled.dump()), soft_wrap=True, highlight=False)
-            return EXIT_OK
-    else:
-        raise AssertionError(f"run {args.kernel}: no job")
+    _check_fits_host(args)
+    job, kwargs, shape, compiled = _tile_kernel(args, variant)
+    if args.dump:
+        console.print(plain(compiled.dump()), soft_wrap=True, highlight=False)
+        return EXIT_OK
     kwargs.update(seed=args.seed, extremes=args.extremes, errata_policy=policy, trace=args.trace is not None)
     cfg = variant.config
     console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "
@@ -320,7 +237,7 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
         t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
     t.add_row(*cells("cycles", f"{st['cycles']:,}"))
     t.add_row(*cells("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
-                     if args.kernel in ("gemm", "attention") or st.get("useful_macs") else
+                     if st.get("useful_macs") else
                      f"{st['ideal_cycles']:,}  (one accumulator word per cycle)" if args.kernel == "reduce" else
                      f"{st['ideal_cycles']:,}  (one word per cycle through the vector unit; the vector roof below "
                      "counts every pass the algorithm makes)"))
@@ -328,7 +245,7 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
     board = st["dram"]
     t.add_row(*cells("DRAM", f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, "
                      f"{board['bus_bytes']}-byte bus (ridge point {st['ridge_point']:g} MACs/byte)"
-                     if args.kernel in ("gemm", "attention") or st.get("useful_macs") else
+                     if st.get("useful_macs") else
                      f"{board['bytes_per_cycle']:g} B/cycle, latency {board['latency']} cycles, {board['bus_bytes']}-byte bus"))
     t.add_row(*cells("DRAM bytes", f"{st['dram_bytes']:,} moved, {st['compulsory_bytes']:,} compulsory"))
     t.add_row(*cells("roofline", f"{st['bound']}-bound: attainable {st['attainable_cycles']:,} cycles, "

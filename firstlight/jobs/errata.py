@@ -16,7 +16,7 @@ from kernels.gemm import gemm
 from kernels.lowp import gemm_lowp
 from kernels.reduce import reduce_rows
 from rtl.memories import DATA_MEMORIES
-from workarounds.cells import AttentionCell, Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, TileCell, VecCell
+from workarounds.cells import Cell, DmaCell, GemmCell, GemmSumCell, LowpCell, ReduceCell, TileCell, VecCell
 from workarounds.dma_streams import dma_round_trip
 from workarounds.registry import ASSESSED_REVISIONS, BY_ID, ERRATA, erratum
 from workarounds.reproducers import run_reproducer
@@ -89,15 +89,6 @@ async def run_cell(dev, cell: Cell | tuple[Cell, ...], seed: int, mit) -> dict:
         got, stats = await elementwise(dev, cell.op, x, y, broadcast=cell.broadcast, mitigations=mit)
         yb = None if y is None else (y.reshape(-1, 1) if cell.broadcast == "row" else y).view(np.uint32)
         mismatch = first_mismatch(got.view(np.uint32), vector_op(cell.op, x.view(np.uint32), yb))
-    elif isinstance(cell, AttentionCell):
-        from golden.attention import AttentionPlan, attention_rows, quantize_qkv
-        from kernels.attention import attention
-
-        q, k, v = (rng.standard_normal((cell.seq, cell.dim)).astype(np.float32) for _ in range(3))
-        got, stats = await attention(dev, q, k, v, causal=cell.causal, mitigations=mit)
-        cfg = dev.config
-        plan = AttentionPlan(cell.seq, cell.dim, cfg.lanes, cfg.rows, stats.plan["bq"], stats.plan["tk"], cell.causal)
-        mismatch = first_mismatch(got.view(np.uint32), attention_rows(*quantize_qkv(q, k, v), plan).view(np.uint32))
     elif isinstance(cell, TileCell):
         from kernels.tile.spec import get, run_spec
 

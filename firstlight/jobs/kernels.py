@@ -12,8 +12,7 @@ from kernels.reduce import reduce_rows
 from .checks import first_mismatch, int8_operands
 from .traced import traced as _traced
 
-__all__ = ["gemm_job", "reduce_job", "attention_job", "bench_job",
-           "vector_bench_job"]
+__all__ = ["gemm_job", "reduce_job", "bench_job", "vector_bench_job"]
 
 
 async def gemm_job(dev, emit, m: int, n: int, k: int, seed: int, extremes: bool = False,
@@ -58,43 +57,13 @@ async def reduce_job(dev, emit, rows: int, cols: int, op: str, seed: int, extrem
     return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events}
 
 
-async def attention_job(dev, emit, seq: int, dim: int, causal: bool, seed: int, extremes: bool = False,
-                        errata_policy: dict | None = None, trace: bool = False, recipe: str = "int8") -> dict:
-    """Flash attention on seeded N(0, 1) Q, K, V (``extremes``: one key with scores far above the
-    rest, so that P is one-hot) with the attention ``recipe``, against its kernel golden (bit for
-    bit) and float64 (SQNR)."""
-    from golden.attention import AttentionPlan, attention_golden, attention_reference, quantize_attention
-    from golden.metrics import sqnr_db
-    from kernels.attention import attention
-
-    mit = workarounds.attach(dev, errata_policy)
-    rng = np.random.default_rng(seed)
-    q, k, v = (rng.standard_normal((seq, dim)).astype(np.float32) for _ in range(3))
-    if extremes:
-        k[seq // 2] = q.mean(axis=0) * 40
-    (got, stats), events = await _traced(dev, trace, lambda: attention(dev, q, k, v, causal=causal, mitigations=mit,
-                                                                       recipe=recipe))
-    cfg = dev.config
-    plan = AttentionPlan(seq, dim, cfg.lanes, cfg.rows, stats.plan["bq"], stats.plan["tk"], causal)  # the kernel's
-    want = attention_golden(quantize_attention(q, k, v, recipe), plan)
-    mismatch = first_mismatch(got.view(np.uint32), want.view(np.uint32))
-    return {"passed": mismatch is None, "mismatch": mismatch, "stats": stats.to_dict(), "trace": events,
-            "sqnr_db": sqnr_db(attention_reference(q, k, v, causal), got.astype(np.float64))}
-
-
-async def vector_bench_job(dev, emit, attention: list, kernels: list, seed: int) -> dict:
-    """The vector-unit kernels for ``firstlight bench``: attention per (seq, dim, causal), and each
-    tile-language kernel per [name, params] (``firstlight.cli.bench.row_kernel_cases``: the
-    KernelSpecs' bench entries) through ``tile_job``, the job of ``firstlight run <kernel>``; a
-    record each as soon as it finishes."""
+async def vector_bench_job(dev, emit, kernels: list, seed: int) -> dict:
+    """The vector-unit kernels for ``firstlight bench``: each tile-language kernel per [name,
+    params] (``firstlight.cli.bench.row_kernel_cases``: the KernelSpecs' bench entries) through
+    ``tile_job``, the job of ``firstlight run <kernel>``; a record each as soon as it finishes."""
     from .tile import shape_label, tile_job
 
     n = 0
-    for seq, dim, causal in attention:
-        r = await attention_job(dev, emit, seq, dim, causal, seed)
-        emit({"type": "vector_bench", "kernel": "attention" + (" causal" if causal else ""),
-              "shape": f"seq {seq} dim {dim}", **r, "trace": None})
-        n += 1
     for name, params in kernels:
         r = await tile_job(dev, emit, name, params, seed)
         emit({"type": "vector_bench", **r, "shape": shape_label(name, r["params"]), "trace": None})

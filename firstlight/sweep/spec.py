@@ -208,8 +208,6 @@ class Kind:
 WORKLOAD_KINDS = {
     "gemm_lowp": Kind(("m", "n", "k", "recipe"), summary="a float GEMM quantized by a golden/quant.py recipe "
                       "(int8-*, fp8-*, mxfp8-*, mxfp4-*); an FP recipe needs its format on the chip"),
-    "attention": Kind(("seq", "dim"), {"causal": False, "recipe": "int8"}, vector=True,
-                      summary="single-head flash attention"),
     "bringup": Kind((), summary="the whole first-light checklist, one verdict (firstlight regress runs it)"),
 }
 
@@ -223,9 +221,10 @@ def workload_kinds() -> dict[str, Kind]:
 
     out = dict(WORKLOAD_KINDS)
     for spec in registry().values():
-        out[spec.name] = Kind(tuple(p.name for p in spec.params if p.shape),
-                              {p.name: p.default for p in spec.params if not p.shape},
-                              vector="vector" in spec.needs, summary=spec.summary)
+        for name in (spec.name, *spec.aliases):
+            out[name] = Kind(tuple(p.name for p in spec.params if p.shape),
+                             {p.name: p.default for p in spec.params if not p.shape},
+                             vector="vector" in spec.needs, summary=spec.summary)
     return out
 
 
@@ -303,26 +302,10 @@ def _workload(table, i: int, seed: int) -> Workload:
         if p["recipe"] not in RECIPES:
             raise SpecError(f"{where}: unknown recipe {p['recipe']!r}{_did_you_mean(str(p['recipe']), RECIPES)}; "
                             f"known: {', '.join(RECIPES)}")
-    if kind == "attention":
-        from golden.attention_recipes import ATTENTION_RECIPES
-
-        if p["recipe"] not in ATTENTION_RECIPES:
-            raise SpecError(f"{where}: unknown attention recipe {p['recipe']!r}; known: {', '.join(ATTENTION_RECIPES)}")
     name = name or default_name(kind, p)
     if not isinstance(name, str) or not name:
         raise SpecError(f"{where}: name must be a non-empty string, not {name!r}")
     return Workload(name, kind, tuple(sorted(p.items())), wseed)
-
-
-def _attention_blockers(revision: str) -> list[str]:
-    """Errata active on ``revision`` whose MATMUL mitigations the attention kernel lacks (the
-    same rule as ``firstlight run attention``)."""
-    from workarounds import ERRATA
-    from workarounds.policy import resolve
-
-    res = resolve(revision, None, warn=False)
-    return [e.id for e in ERRATA if e.id in res.active
-            and {"repeat_first_a_word", "avoid_unit_chunk"} & set(e.knobs.get("gemm", {}))]
 
 
 def _up(x: int, q: int) -> int:
@@ -353,23 +336,6 @@ def not_applicable(design: Design, w: Workload) -> str | None:
         fmt = RECIPES[p["recipe"]].fmt
         if fmt != "int8" and fmt not in cfg.formats:
             return f"recipe {p['recipe']} needs the {fmt} format"
-    if w.kind == "attention":
-        from golden.attention_recipes import attention_recipe
-        from kernels.attention import plan_attention
-
-        fmt = attention_recipe(p["recipe"]).fmt
-        if fmt != "int8" and fmt not in cfg.formats:
-            return f"recipe {p['recipe']} needs the {fmt} format"
-        lacking = _attention_blockers(design.variant.revision)
-        if lacking:
-            return f"attention does not mitigate {', '.join(lacking)} (revision {design.variant.revision})"
-        try:
-            plan_attention(cfg, p["seq"], p["dim"], p["causal"], recipe=p["recipe"])
-        except ValueError as e:
-            return str(e)
-        s, d = _up(p["seq"], cfg.rows), _up(p["dim"], cfg.lanes)
-        if 7 * s * d > board.dram_bytes:
-            return f"needs about {7 * s * d:,} bytes of DRAM, the board has {board.dram_bytes:,}"
     return None
 
 

@@ -137,23 +137,21 @@ def build_task(variant: Variant, sim: str, expect: str | None = None) -> dict:
 
 def job_for(kind: str, p: dict, seed: int):
     """The job function and its kwargs for a workload (the same jobs as ``firstlight run``)."""
-    from firstlight.jobs import kernels as k
-
     from . import jobs
 
     if kind == "gemm_lowp":
         return jobs.gemm_lowp_job, {"m": p["m"], "n": p["n"], "k": p["k"], "recipe": p["recipe"], "seed": seed}
-    if kind == "attention":
-        return k.attention_job, {"seq": p["seq"], "dim": p["dim"], "causal": p["causal"], "recipe": p["recipe"],
-                                 "seed": seed}
-    from kernels.tile.spec import registry
+    from kernels.tile.spec import get
 
-    reg = registry()
-    if kind in reg:
+    try:
+        spec = get(kind)  # a tile-language kernel, by its name or an alias
+    except KeyError:
+        spec = None
+    if spec is not None:
         from firstlight.jobs.tile import tile_job
 
-        names = {q.name for q in reg[kind].params}  # not the design point's revision
-        return tile_job, {"kernel": kind, "params": {n: v for n, v in p.items() if n in names}, "seed": seed}
+        names = {q.name for q in spec.params}  # not the design point's revision
+        return tile_job, {"kernel": spec.name, "params": {n: v for n, v in p.items() if n in names}, "seed": seed}
     if kind == "bringup":
         return jobs.bringup_check_job, {"seed": seed, "revision": p["revision"]}
     raise ValueError(f"no job for workload kind {kind!r}")

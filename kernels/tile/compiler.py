@@ -893,6 +893,8 @@ def _commands(op: Op, config) -> list[tuple]:
                 kw.update(b_form=VecB.FOLD)
             if dst_sram != VecDst.ACC:
                 kw.update(dst_sram=dst_sram)
+            if "fp8" in op.args:  # CVT_F8: the format of the codes it writes
+                kw.update(fp8=Format[op.args["fp8"].upper()])
             out.append((vec, kw))
         return out
     if op.kind == "fence":

@@ -29,6 +29,17 @@ The reduction unit's errata are lowering rules of ``tile.row_sum`` / ``row_max``
   a scratch word, the last word added to it by a VEC IADD, and that word and a zero word beside it
   reduced (a count of 2).
 
+The engine's FP8 erratum is a lowering rule of ``tile.to_b(fmt=...)`` (it reads
+:class:`workarounds.LowpConstraints` from the trace; the rule is written with the language's own
+operations, so it lives beside ``to_b`` in kernels/tile/lang.py, ``_flush_fp8_subnormals``):
+
+* ``fp8_subnormals_flushed`` (FL-NU-001, the PE reads subnormal FP8 codes as zero): a tile
+  converted to FP8 on the chip first has every value whose code would be subnormal (``|x| *
+  scale`` below the format's smallest normal) set to +0, with no compare: ``x * min(relu(x -
+  T^-) * 2^k, 1)`` (T^- the float just below the threshold, 2^k so that the smallest step above
+  it reaches 1), or on ``x^2`` for a tile not known to be non-negative. The MATMUL then reads no
+  subnormal code, and the golden applies the same flush (golden/attention.py's ``flush_p``).
+
 The stream passes of workarounds/passes.py (FL-CP-001, FL-DM-001, FL-DM-002, FL-VU-001) still
 run on every submitted stream, through the device's submit filter.
 """
@@ -270,3 +281,4 @@ def sum_of_odd_rows(tr, a: Buffer, out: Buffer, line: str) -> None:
                        reads=[a, pair], writes=[s0]))
         tr.emit(Op("reduce", Queue.EXEC, line, {"op": "row_sum (FL-RU-002)", "cmds": [("SUM", 0, 2, r)]},
                    reads=[pair], writes=[out]))
+

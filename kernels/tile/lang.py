@@ -29,6 +29,7 @@ from . import errata as _errata
 from .ir import Buffer, Loop, Op, Queue, Storage, TensorDecl, TileError
 
 FP_FORMATS = ("e4m3", "e5m2", "e2m1")
+VEC_FP8 = ("e4m3", "e5m2")  # what VEC CVT_F8 converts to
 
 __all__ = ["Tile", "TensorRef", "TensorView", "Trace", "pipeline", "load", "store", "exp", "recip", "rsqrt",
            "relu", "maximum", "minimum", "row_sum", "row_max", "row_min", "scalar", "scratch", "constant_row", "mask_tail", "matmul",
@@ -82,6 +83,7 @@ class Trace:
         self._names: dict[str, int] = {}
         self.consts: dict = {}  # each distinct constant is loaded once
         self.reduce_constraints = None  # workarounds.ReduceConstraints of the errata in force, if any
+        self.lowp_constraints = None  # workarounds.LowpConstraints, likewise
         self.complemented: dict[int, Storage] = {}  # tiles holding ~values (FL-RU-001), by id(storage)
         self.zero_pair: Tile | None = None  # FL-RU-002's two scratch words, the second zero
 
@@ -233,16 +235,19 @@ class Tile:
             if step != 1 or w1 <= w0:
                 raise TileError(f"{_caller_line()}: {b.storage.name} has words 0..{b.wpr - 1} per row; a slice of "
                                 f"them is a:b with a < b and no step, not {row[1].start}:{row[1].stop}")
-            return Tile(Buffer(r.own, 1, w1 - w0, r.dtype, r.scalar, r.offset + w0))
+            return Tile(Buffer(r.own, 1, w1 - w0, r.dtype, r.scalar, r.offset + w0))  # no whole blocks: no scales
+        # an FP operand's panels keep their block scales (a row of its scale tile each)
+        scales = None if self.scales is None else self.scales[row]
         if isinstance(row, slice):
             r0, r1, step = row.indices(b.rows)
             if step != 1 or r1 <= r0:
                 raise TileError(f"{_caller_line()}: {b.storage.name} has rows 0..{b.rows - 1}; a slice of them is "
                                 f"a:b with a < b and no step, not {row.start}:{row.stop}:{row.step}")
-            return Tile(Buffer(b.own, r1 - r0, b.wpr, b.dtype, b.scalar, b.offset + r0 * b.row_stride, b.stride))
+            return Tile(Buffer(b.own, r1 - r0, b.wpr, b.dtype, b.scalar, b.offset + r0 * b.row_stride, b.stride),
+                        scales)
         if not isinstance(row, (int, np.integer)) or not 0 <= row < b.rows:
             raise TileError(f"{_caller_line()}: {b.storage.name} has rows 0..{b.rows - 1}, not {row!r}")
-        return Tile(Buffer(b.own, 1, b.wpr, b.dtype, b.scalar, b.offset + int(row) * b.row_stride))
+        return Tile(Buffer(b.own, 1, b.wpr, b.dtype, b.scalar, b.offset + int(row) * b.row_stride), scales)
 
     def __add__(self, other):
         return _binary("iadd" if self.buf.dtype == "int32" else "fadd", self, other)
@@ -309,9 +314,11 @@ def load(view: TensorView, *, scalar: bool = False) -> Tile:
     if t.scales is None:
         return Tile(buf)
     # an FP operand: its blocks' scales come with it (a block is 32 K steps of one MATMUL)
-    if view.w0 % BLOCK:
+    # a MATMUL reads a scale word per BLOCK K steps from its first: a tile starts at a block, or
+    # lies within one (a key tile of 8 of a block's 32 keys reads that block's scale)
+    if view.w0 % BLOCK and view.w0 // BLOCK != (view.w0 + view.words - 1) // BLOCK:
         raise TileError(f"{line}: {t.name} holds {t.dtype} codes in blocks of {BLOCK} K steps, each with its scale; "
-                        f"a tile starts at a block, not at step {view.w0}")
+                        f"a tile starts at a block or lies within one, not steps {view.w0}:{view.w0 + view.words}")
     s = t.scales
     b0, nb = view.w0 // BLOCK, -(-view.words // BLOCK)
     sbuf = tr.new_buffer(s.name, view.n, nb, s.dtype, False, line, "S" + region)
@@ -547,15 +554,20 @@ def _fold(op: str, t: Tile, per_row: bool) -> Tile:
     return Tile(out)
 
 
-def to_b(t: Tile, scale, *, by: str = "a") -> Tile:
-    """The int8 B operand of a next MATMUL from an fp32 tile laid out as a GEMM result:
-    ``int8(t * scale)`` (nearest even, saturating; VEC CVT_I8), so that a word of ``t`` (one row
-    of the result, a value per column) becomes one K step of B. ``by="a"`` (a ``matmul(by="a")``
-    result, ``pa`` tile rows of ``pb`` x ROWS words): ``pb`` panels of ``pa`` x ROWS K steps;
-    ``by="b"`` (a ``matmul(by="b")`` result): each row of ``t`` is one panel, its words the K steps
-    in order (one command for the whole tile). A result computed transposed (S^T = K Q^T,
-    H^T = W^T X^T) is then the right-hand operand of the next product (O^T = V^T P^T,
-    Y^T = W2^T H^T)."""
+def to_b(t: Tile, scale, *, by: str = "a", fmt: str = "int8") -> Tile:
+    """The B operand of a next MATMUL from an fp32 tile laid out as a GEMM result, so that a word
+    of ``t`` (one row of the result, a value per column) becomes one K step of B. ``by="a"`` (a
+    ``matmul(by="a")`` result, ``pa`` tile rows of ``pb`` x ROWS words): ``pb`` panels of
+    ``pa`` x ROWS K steps; ``by="b"`` (a ``matmul(by="b")`` result): each row of ``t`` is one
+    panel, its words the K steps in order (one command for the whole tile). A result computed
+    transposed (S^T = K Q^T, H^T = W^T X^T) is then the right-hand operand of the next product
+    (O^T = V^T P^T, Y^T = W2^T H^T).
+
+    ``fmt="int8"``: ``int8(t * scale)`` (nearest even, saturating; VEC CVT_I8), whose product the
+    kernel rescales itself. ``fmt="e4m3"`` or ``"e5m2"``: the FP8 codes of ``t * scale`` (VEC
+    CVT_F8), ``scale`` a power of two (a number, not a tile), with the block scale ``1 / scale``
+    for every block of every panel (E8M0 words the compiler loads once into SB): the tile then
+    stands for ``t`` itself, and an FP8 MATMUL with it gives its product in ``t``'s units."""
     tr = current()
     line = _caller_line()
     _need_vector(tr, line, "to_b")
@@ -563,27 +575,87 @@ def to_b(t: Tile, scale, *, by: str = "a") -> Tile:
     rows = tr.config.rows
     if by not in ("a", "b"):
         raise TileError(f"{line}: to_b's by is \"a\" or \"b\" (as the matmul that made the tile), not {by!r}")
+    if fmt not in ("int8",) + VEC_FP8:
+        raise TileError(f"{line}: to_b converts to int8 or FP8 ({', '.join(VEC_FP8)}), not {fmt!r}")
     if a.dtype != "fp32" or a.scalar or a.wpr % rows:
         raise TileError(f"{line}: to_b takes an fp32 tile laid out as a GEMM result (words per row a multiple "
                         f"of {rows}), not {_shape(a)} {a.dtype}")
+    code = None
+    if fmt != "int8":
+        if fmt not in tr.config.formats:
+            raise TileError(f"{line}: this chip was built without the {fmt} format (its formats: "
+                            f"{', '.join(tr.config.formats)}; --formats chooses them)")
+        e = np.log2(float(scale)) if isinstance(scale, (int, float, np.floating)) and scale > 0 else None
+        if e is None or isinstance(scale, bool) or e != int(e) or not -127 <= -e <= 127:
+            raise TileError(f"{line}: to_b(fmt={fmt!r}) takes a power of two for its scale (P * 2^e, block "
+                            f"scale 2^-e, an E8M0 code), not {scale!r}")
+        code = 127 - int(e)
+        lc = tr.lowp_constraints
+        if lc is not None and lc.fp8_subnormals_flushed:  # FL-NU-001 (kernels/tile/errata.py)
+            t = _flush_fp8_subnormals(t, float(scale), fmt, line)
+            a = t.buf
     if isinstance(scale, (int, float, np.floating)) and not isinstance(scale, bool):
         scale = scalar(float(scale))
     sb = scale.buf
     if not (sb.scalar and sb.rows == 1):
         raise TileError(f"{line}: to_b's scale is one number (tile.scalar), not {_shape(sb)}")
+    cvt = "cvt_i8" if fmt == "int8" else "cvt_f8"
     if by == "b":
-        out = tr.new_buffer("b_of_" + a.storage.name, a.rows, a.wpr, "int8", False, line, region="B")
+        out = tr.new_buffer("b_of_" + a.storage.name, a.rows, a.wpr, fmt, False, line, region="B")
         if a.row_stride == a.wpr:
-            cmds = [("cvt_i8", 0, 0, "scalar", a.words, 0)]
+            cmds = [(cvt, 0, 0, "scalar", a.words, 0)]
         else:
-            cmds = [("cvt_i8", r * a.row_stride, 0, "scalar", a.wpr, r * a.wpr) for r in range(a.rows)]
+            cmds = [(cvt, r * a.row_stride, 0, "scalar", a.wpr, r * a.wpr) for r in range(a.rows)]
     else:
         pa, pb = a.rows, a.wpr // rows
-        out = tr.new_buffer("b_of_" + a.storage.name, pb, pa * rows, "int8", False, line, region="B")
-        cmds = [("cvt_i8", p * a.row_stride + q * rows, 0, "scalar", rows, q * pa * rows + p * rows)
+        out = tr.new_buffer("b_of_" + a.storage.name, pb, pa * rows, fmt, False, line, region="B")
+        cmds = [(cvt, p * a.row_stride + q * rows, 0, "scalar", rows, q * pa * rows + p * rows)
                 for p in range(pa) for q in range(pb)]
-    tr.emit(Op("vec", Queue.EXEC, line, {"op": "to_b", "cmds": cmds, "dst_sram": "B"}, reads=[a, sb], writes=[out]))
-    return Tile(out)
+    args = {"op": "to_b", "cmds": cmds, "dst_sram": "B"}
+    if code is not None:
+        args["fp8"] = fmt
+    tr.emit(Op("vec", Queue.EXEC, line, args, reads=[a, sb], writes=[out]))
+    return Tile(out, None if code is None else _block_scales(tr, out.rows, out.wpr, code, line))
+
+
+FP8_MIN_NORMAL = {"e4m3": 2.0 ** -6, "e5m2": 2.0 ** -14}
+
+
+def _flush_fp8_subnormals(t: Tile, scale: float, fmt: str, line: str) -> Tile:
+    """FL-NU-001's lowering rule of ``to_b`` (kernels/tile/errata.py): ``t`` with every value whose
+    FP8 code (of ``t * scale``) would be subnormal set to +0, the rest unchanged bit for bit, in
+    vector-unit operations (no compare: ``x * min(relu(x - T^-) * 2^k, 1)``, on ``x^2`` for a tile
+    not known to be non-negative)."""
+    tr = current()
+    thr = FP8_MIN_NORMAL[fmt] / scale  # |x| >= thr keeps a normal code (scale is a power of two)
+    src = next((op for op in reversed(tr.ops) if any(w.own is t.buf.own for w in op.writes)), None)
+    nonneg = src is not None and src.args.get("op") in ("exp", "relu")
+    x = t if nonneg else t * t
+    if not nonneg:
+        thr = thr * thr
+    if not 2.0 ** -100 <= thr <= 2.0 ** 100:
+        raise TileError(f"{line}: FL-NU-001's flush of FP8 subnormals needs a threshold in the normal fp32 range; "
+                        f"to_b's scale {scale} puts it at {thr}")
+    below = float(np.nextafter(np.float32(thr), np.float32(0)))  # the largest float below thr
+    big = 2.0 ** 24 / thr  # (x - below) is at least thr * 2^-24 once x >= thr
+    keep = minimum(relu(x - below) * big, 1.0)  # 1 where the code is normal, else +0
+    return t * keep
+
+
+def _block_scales(tr: Trace, panels: int, steps: int, code: int, line: str) -> Tile:
+    """SB words holding the E8M0 ``code`` for every block of ``panels`` B panels of ``steps`` K
+    steps, loaded once per distinct shape and code."""
+    key = ("block_scales", panels, steps, code)
+    if key in tr.consts:
+        return tr.consts[key]
+    nblk = -(-steps // BLOCK)
+    cols = tr.config.cols
+    ref = tr.tensor(tr.name("bscale"), nblk, panels * cols, "e8m0", 0, "const", layout="b_panels")
+    ref.decl.data = np.full(ref.decl.nbytes, code, np.uint8)  # panel-major bytes, all one code
+    t = load(ref[:])
+    t.buf.storage.line = line
+    tr.consts[key] = t
+    return t
 
 
 def mask_tail(t: Tile, cols: int) -> Tile:

@@ -91,6 +91,7 @@ def _build(name, fn, config, tensors, params, t0, *, dram_bytes, bus_bytes, cons
 
     with tracing(config.lanes, word_bytes, config.vector, config) as tr:
         tr.reduce_constraints = families(constraints).get("reduce")
+        tr.lowp_constraints = families(constraints).get("lowp")
         refs: list[TensorRef] = []
         for t in tensors:
             if t.dtype not in DTYPES:
@@ -136,7 +137,6 @@ async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: in
               ) -> dict[str, np.ndarray]:
     """Run a compiled kernel: ``inputs`` by tensor name; returns the outputs by name (their dtype,
     the padding lanes dropped)."""
-    lanes = dev.config.lanes
     await dev.wait_idle(budget_cycles)
     dev.dram.reset()
     for t in c.tensors:
@@ -149,7 +149,8 @@ async def run(dev, c: Compiled, inputs: dict[str, np.ndarray], budget_cycles: in
                 raise ValueError(f"{t.name} has shape {x.shape}; the kernel was compiled for {(t.rows, t.cols)}")
             dev.dram_write(buf, pack(t, np.ascontiguousarray(x, DTYPES[t.dtype]), dev.config))
         elif t.role == "const":
-            dev.dram_write(buf, np.ascontiguousarray(t.data, "<u4"))
+            data = np.asarray(t.data)  # uint32 words, or (E8M0 block scales) bytes as stored
+            dev.dram_write(buf, data.tobytes() if data.dtype == np.uint8 else np.ascontiguousarray(data, "<u4"))
         elif t.role == "scratch":  # words the kernel never stores (padding an erratum added) read as pad
             fill = np.full(t.nbytes // 4, t.pad, np.uint32)
             dev.dram_write(buf, (~fill if t.complement else fill).astype("<u4"))

@@ -105,6 +105,7 @@ class KernelSpec:
     bench: tuple[dict, ...] = ()  # parameter sets of its bench rows
     bringup: tuple[dict, ...] = ()  # small parameter sets for the bring-up checklist's kernels stage
     examples: tuple[str, ...] = ()  # for --help
+    aliases: tuple[str, ...] = ()  # other names of the kernel on every surface (``run attention``)
     module: str = ""
     macs: Callable[[dict], int] | None = None  # useful multiply-accumulates (the compute roof), if any
     # the parameters an input's shape gives: name -> (input tensor, axis); None: rows and cols
@@ -179,8 +180,10 @@ def registry() -> dict[str, KernelSpec]:
     for mod in _modules():
         m = importlib.import_module(mod)
         for spec in getattr(m, "SPECS", ()):
-            if spec.name in out:
-                raise TileError(f"kernel {spec.name} is declared twice: in {out[spec.name].module} and {mod}")
+            for name in (spec.name, *spec.aliases):
+                clash = next((s for s in out.values() if name in (s.name, *s.aliases)), None)
+                if clash is not None:
+                    raise TileError(f"kernel name {name} is declared twice: in {clash.module} and {mod}")
             out[spec.name] = spec if spec.module else _with_module(spec, mod)
     return out
 
@@ -192,8 +195,12 @@ def _with_module(spec: KernelSpec, mod: str) -> KernelSpec:
 
 
 def get(name: str) -> KernelSpec:
+    """The kernel called ``name`` or one of its aliases."""
     reg = registry()
     if name not in reg:
+        by_alias = {a: s for s in reg.values() for a in s.aliases}
+        if name in by_alias:
+            return by_alias[name]
         raise KeyError(f"no kernel named {name!r}; the tile-language kernels: {', '.join(reg)}")
     return reg[name]
 
