@@ -1,4 +1,4 @@
-"""Kernel golden of single-head flash attention on the chip (kernels/attention.py), step for step,
+"""Kernel golden of single-head flash attention on the chip (kernels/tiled/attention.py), step for step,
 and the float64 reference of the mathematics.
 
 Recipes (:data:`ATTENTION_RECIPES`, ``run attention --recipe NAME``). In every recipe Q and K are
