@@ -11,7 +11,10 @@ Built from a resolved :class:`~rtl.board.BoardConfig`:
   bursts pays the latency once. Writes are posted: each beat lands when it is accepted, and
   the write response follows the last beat.
 * **Bandwidth.** At most ``beats`` beats (reads and writes together) in each window of
-  ``period`` cycles. When both directions want the channel they alternate.
+  ``period`` cycles. When both directions want the channel they alternate. A window starts with
+  the first beat after the channel has had all its beats back (and the windows of a busy channel
+  follow each other): the limit does not run free, so a kernel's cycles do not depend on the
+  absolute cycle it starts at (what ran before it, a session's first call or its tenth).
 * **Bursts** increment within their 4 KiB page: an AXI master must never cross one, and this
   slave, like many, decodes the page once per burst (a master that does cross wraps).
 * **Faults** (``rtl/faults.py``): a stuck DRAM bit sits on the read data (every AXI read of that
@@ -93,7 +96,8 @@ class Dram(wiring.Component):
         rd_beat, wr_beat = Signal(), Signal()  # a beat moves this cycle
         used = rd_beat + wr_beat  # both in one cycle only while two tokens are left
         window_end = phase == b.period - 1
-        m.d.sync += phase.eq(Mux(window_end, 0, phase + 1))
+        running = (tokens != b.beats) | (used != 0)  # a window is open: idle with every token, it waits
+        m.d.sync += phase.eq(Mux(window_end | ~running, 0, phase + 1))
         m.d.sync += tokens.eq(Mux(window_end, b.beats, tokens - used))
         have_token = tokens != 0
         prefer_write = Signal()  # alternate when both directions want the channel

@@ -124,3 +124,28 @@ async def impossible_wait_job(dev, emit) -> str:
     except DeviceTimeout as e:
         return str(e)
     return "no timeout"
+
+
+async def start_phase_job(dev, emit, seed: int) -> list[int]:
+    """The same RMSNorm (6x77) first, after a small GEMM and after 1, 2 and 3 NOPs: its cycles each
+    time (a kernel's cycles must not depend on the absolute cycle it starts at)."""
+    from kernels.tile.spec import get, run_spec
+    from workarounds import attach
+
+    mit = attach(dev, warn=False)
+    norm, gemm = get("rmsnorm"), get("gemm")
+    p, gp = norm.resolve({"rows": 6, "cols": 77}), gemm.resolve({"m": 5, "n": 3, "k": 7})
+    ins = norm.inputs(p, seed, False)
+    cycles = []
+
+    async def run_norm():
+        _, st = await run_spec(dev, norm, p, dict(ins), mitigations=mit)
+        cycles.append(st.cycles)
+
+    await run_norm()
+    await run_spec(dev, gemm, gp, gemm.inputs(gp, seed, False), mitigations=mit)
+    await run_norm()
+    for n in (1, 2, 3):
+        await dev.run([isa.nop()] * n)
+        await run_norm()
+    return cycles
