@@ -119,6 +119,9 @@ def test_run_attention_compiles_for_a0_with_its_mitigations(capsys):
         (["run", "gemm", "--m", "2", "--n", "2", "--k", "2", "--errata-policy", "FL-ME-001=on",
           "--errata-policy", "fl-me-001=off"], "given twice, as on and as off"),
         (["run", "softmax", "--rows", "1000000", "--cols", "1000000"], "bytes of host memory"),
+        # once refused only inside the simulator (exit 1): the compiler knows the row and the DRAM
+        (["run", "softmax", "--rows", "4", "--cols", "5000"], "one row of 5000 values does not fit the accumulator"),
+        (["run", "gemm", "--m", "8", "--n", "8", "--k", "8", "--dram-size", "4K"], "but the board has 4,096"),
     ],
 )
 def test_errata_bad_input_exit_2(argv, needle, capsys):

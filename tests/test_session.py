@@ -105,6 +105,30 @@ def test_gemm_round_trip_is_bit_exact(chip):
         assert stats.kernel == "gemm" and stats.cycles > 0 and stats.revision == "B1"
 
 
+def test_gemm_takes_the_fused_epilogue(chip):
+    """bias + per-column requantization (+ ReLU) on the chip before the store, once only through
+    kernels.gemm: bit-exact against golden.epilogue; bad epilogue arguments are refused in this
+    process with the kernel's own message, and the session goes on."""
+    from golden.epilogue import calibrate_scales, gemm_epilogue
+
+    rng = np.random.default_rng(SEED + 5)
+    a = rng.integers(-128, 128, (6, 20), dtype=np.int8)
+    b = rng.integers(-128, 128, (20, 7), dtype=np.int8)
+    bias = rng.integers(-(2**12), 2**12, 7).astype(np.int32)
+    scale = calibrate_scales(a, b, bias)
+    for relu in (False, True):
+        c, st = chip.gemm(a, b, bias=bias, scale=scale, relu=relu)
+        assert c.dtype == np.int8 and np.array_equal(c, gemm_epilogue(a, b, bias, scale, relu)), f"relu={relu}; {REPRO}"
+        assert st.epilogue == ("requant+relu" if relu else "requant")
+    c, _ = chip.gemm(a, b, scale=0.01)  # one scale for every column, no bias
+    assert np.array_equal(c, gemm_epilogue(a, b, np.zeros(7, np.int32), np.full(7, 0.01), False)), REPRO
+    with pytest.raises(ValueError, match=r"the epilogue's scale must be one value or one per output column \(7,\)"):
+        chip.gemm(a, b, scale=np.ones(3))
+    with pytest.raises(ValueError, match="give scale= too"):
+        chip.gemm(a, b, relu=True)
+    assert np.array_equal(chip.gemm(a, b)[0], golden.gemm_int8(a, b))
+
+
 def test_vector_kernels_match_their_goldens_bit_for_bit(chip):
     from golden.norms import layer_norm_rows, rms_norm_rows
     from golden.softmax import softmax_rows

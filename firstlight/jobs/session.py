@@ -52,11 +52,15 @@ async def _ping(dev, mit, arrays):
     return {}, {}, None
 
 
-async def _gemm(dev, mit, arrays, k_chunk=None, budget_cycles=None, double_buffer=True):
+async def _gemm(dev, mit, arrays, k_chunk=None, budget_cycles=None, double_buffer=True, relu=False):
+    from kernels.epilogue import Epilogue
     from kernels.gemm import gemm
 
+    epi = None
+    if "scale" in arrays:  # the fused epilogue (bias, requantization, ReLU)
+        epi = Epilogue.checked(arrays["b"].shape[1], arrays["bias"], arrays["scale"], relu)
     c, st = await gemm(dev, arrays["a"], arrays["b"], mitigations=mit, k_chunk=k_chunk, budget_cycles=budget_cycles,
-                       double_buffer=double_buffer)
+                       double_buffer=double_buffer, epilogue=epi)
     return {}, {"c": c}, st
 
 

@@ -420,12 +420,27 @@ class Session:
         raise SessionError(f"the session's request loop failed in {request}: {msg}\n{reply.get('traceback', '')}")
 
     # ---- kernels -------------------------------------------------------------------------------
-    def gemm(self, a: np.ndarray, b: np.ndarray, *, k_chunk: int | None = None, budget_cycles: int | None = None,
-             double_buffer: bool = True):
+    def gemm(self, a: np.ndarray, b: np.ndarray, *, bias: np.ndarray | None = None, scale=None, relu: bool = False,
+             k_chunk: int | None = None, budget_cycles: int | None = None, double_buffer: bool = True):
         """``a @ b`` for int8 ``a`` (M, K) and ``b`` (K, N): ``(int32 (M, N), KernelStats)``
-        (kernels.gemm.gemm: wrap-around, bit-exact against golden.gemm_int8)."""
-        _, out, st = self.call("gemm", {"a": _arr(a), "b": _arr(b)}, k_chunk=k_chunk, budget_cycles=budget_cycles,
-                               double_buffer=double_buffer)
+        (kernels.gemm.gemm: wrap-around, bit-exact against golden.gemm_int8). With ``scale`` (one
+        value or one per column) the fused epilogue runs on the chip before each store: int32
+        ``bias`` (N,) added (default none), each column requantized to int8 by its scale
+        (``relu``: clamped at 0), bit-exact against golden.epilogue.gemm_epilogue: ``(int8 (M,
+        N), KernelStats)``. ``bias`` or ``relu`` without ``scale`` is refused."""
+        arrays = {"a": _arr(a), "b": _arr(b)}
+        if scale is None:
+            if bias is not None or relu:
+                raise ValueError("bias and relu belong to the GEMM's requantizing epilogue: give scale= too (one "
+                                 "value or one per output column), or leave them out for the int32 GEMM")
+        else:
+            from kernels.epilogue import Epilogue
+
+            n = np.shape(b)[1] if np.ndim(b) == 2 else 0
+            epi = Epilogue.checked(n, bias, scale, relu)  # the same refusals as kernels.gemm, before the simulator
+            arrays.update(bias=epi.bias, scale=epi.scale)
+        _, out, st = self.call("gemm", arrays, k_chunk=k_chunk, budget_cycles=budget_cycles,
+                               double_buffer=double_buffer, relu=bool(relu))
         return out["c"], st
 
     def gemm_lowp(self, a: np.ndarray, b: np.ndarray, recipe: str = "int8-channel", *, k_chunk: int | None = None,
