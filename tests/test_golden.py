@@ -871,3 +871,20 @@ def test_requant_params_refuses_scales_it_cannot_encode():
     for bad in (0.0, -1.0, 2.0**24, 2.0**-41, float("nan")):
         with pytest.raises(ValueError, match=r"\[2\*\*-40, 2\*\*24\)"):
             requant_params(bad)
+
+
+@pytest.mark.parametrize("offset,std", [(-100.0, 0.5), (1e4, 3.0), (0.0, 3.0)])
+def test_layer_norm_mean_is_corrected_by_its_residual(offset: float, std: float) -> None:
+    """The fp32 mean of a row far from zero is up to an ulp off, and every output of a one-shot
+    mean carried that error (mean -100, std 0.5: 5.7e-5 at worst, 5.4e-6 on average, the same in
+    every row); the residual's mean takes it out, so the error is that of fp32 deviations."""
+    from golden.norms import layer_norm_reference, layer_norm_rows
+
+    rng = np.random.default_rng([SEED, 31])
+    x = (rng.standard_normal((8, 256)) * std + offset).astype(np.float32)
+    g, b = np.ones(256, np.float32), np.zeros(256, np.float32)
+    err = layer_norm_rows(x, g, b, 1e-5, 4).astype(np.float64) - layer_norm_reference(x, g, b, 1e-5)
+    bound = 2e-6  # measured: 5.1e-7, 4.3e-7, 4.0e-7 (before: 2.6e-5 and 7.4e-4 for the first two)
+    assert np.abs(err).max() < bound, (f"max error {np.abs(err).max():.2e} (bias {err.mean():.2e}) for mean "
+                                       f"{offset}, std {std}; reproduce: FIRSTLIGHT_SEED={SEED} pytest tests/test_golden.py")
+    assert abs(err.mean()) < bound / 10

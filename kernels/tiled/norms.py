@@ -1,5 +1,5 @@
-"""LayerNorm (two passes: mean, then the variance of the deviations) and RMSNorm over rows, in
-golden/norms.py's order of operations."""
+"""LayerNorm (the mean, corrected by the mean of its residual, then the variance of the
+deviations) and RMSNorm over rows, in golden/norms.py's order of operations."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ def layer_norm(x, gamma, beta, out, *, eps: float, tile_rows: int):
     inv_n = tile.scalar(bits=inv_count(x.cols))
     for r in tile.pipeline(range(0, x.rows, tile_rows), stages=2):
         t = tile.load(x[r:r + tile_rows])
-        d = tile.mask_tail(t - tile.row_sum(t) * inv_n, x.cols)  # the padding lanes must not count
+        d0 = tile.mask_tail(t - tile.row_sum(t) * inv_n, x.cols)  # the padding lanes must not count
+        # the fp32 mean is up to an ulp off: its residual's mean takes that out of the deviations
+        d = tile.mask_tail(d0 - tile.row_sum(d0) * inv_n, x.cols)
         var = tile.row_sum(d * d) * inv_n
         tile.store(out[r:r + tile_rows], d * tile.rsqrt(var + eps) * g + b)
 
