@@ -888,3 +888,73 @@ def test_layer_norm_mean_is_corrected_by_its_residual(offset: float, std: float)
     assert np.abs(err).max() < bound, (f"max error {np.abs(err).max():.2e} (bias {err.mean():.2e}) for mean "
                                        f"{offset}, std {std}; reproduce: FIRSTLIGHT_SEED={SEED} pytest tests/test_golden.py")
     assert abs(err.mean()) < bound / 10
+
+
+def _gemmlowp(a: int, m0: int, r: int) -> int:
+    """gemmlowp / TFLite MultiplyByQuantizedMultiplier for a right shift ``r``, in Python integers:
+    SaturatingRoundingDoublingHighMul(a, m0) (Q31 multiplier, nudge then C division toward zero),
+    then RoundingDivideByPOT(x, r) (ties away from zero)."""
+    if a == m0 == -(2**31):
+        x = 2**31 - 1
+    else:
+        ab = a * m0
+        nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+        x = abs(ab + nudge) // (1 << 31) * (1 if ab + nudge >= 0 else -1)  # C's truncation toward zero
+    mask = (1 << r) - 1
+    remainder, threshold = x & mask, (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> r) + (1 if remainder > threshold else 0)
+
+
+def test_requant_against_gemmlowp_differs_only_where_the_page_says():
+    """docs/numerics.md's rule, pinned against an exact rational reference: with the same real
+    scale s = mult * 2^-shift (24 significant bits, so gemmlowp's Q31 multiplier is mult << 7 and
+    its right shift r = shift - 24), REQUANT (one rounding, half away from zero) and gemmlowp (two
+    roundings) differ only where the exact quotient lies within 2^-(r+1) of an output LSB of a tie,
+    or, when r = 0, at an exact negative tie (gemmlowp's doubling high multiply rounds it toward
+    +inf); both kinds occur. Separately, the 24-bit multiplier itself can flip a result against
+    the float scale it stands for."""
+    from fractions import Fraction
+
+    from golden.vector import requant, requant_params
+
+    rng = np.random.default_rng([SEED, 47])
+    seen = {"window": 0, "negative tie": 0}
+    widest = {}  # r -> the largest distance from a tie at which the two differed
+    for r in (0, 1, 8, 10):
+        shift = 24 + r
+        mults = [1 << 23] + rng.integers(1 << 23, 1 << 24, 40).tolist()  # 2^23 at r = 0: s = 1/2, odd x tie
+        for mult in mults:
+            mult = int(mult)
+            # inputs at and near the ties of this scale, and random ones
+            ties = [((2 * k + 1) << (shift - 1)) // mult for k in rng.integers(-130, 130, 30)]
+            xs = [int(t) + d for t in ties for d in (-1, 0, 1)] + rng.integers(-(2**31), 2**31, 60).tolist()
+            xs = [x for x in xs if -(2**31) <= x < 2**31]
+            params = np.uint32(mult | (shift << 24)) if shift < 64 else None
+            ours = requant(np.array(xs, np.int32), params)
+            for x, got in zip(xs, ours.tolist()):
+                q = Fraction(x * mult, 1 << shift)  # the exact quotient, in output LSBs
+                g = max(-128, min(127, _gemmlowp(x, mult << 7, r)))
+                if g == got:
+                    continue
+                dist = abs(q - (q.numerator // q.denominator) - Fraction(1, 2))  # from the tie between two LSBs
+                if r == 0 and dist == 0 and q < 0:
+                    seen["negative tie"] += 1
+                    continue
+                assert dist <= Fraction(1, 2 ** (r + 1)), (
+                    f"REQUANT {got} and gemmlowp {g} differ for x={x}, mult={mult}, shift={shift}: the quotient "
+                    f"is {float(dist):.3g} LSB from a tie, outside 2^-{r + 1}")
+                seen["window"] += 1
+                widest[r] = max(widest.get(r, 0), dist)
+    assert seen["window"] and seen["negative tie"], seen
+    # the page once said "within 2^-31 of a tie": at r = 8 the differences reach 2^-9 of an LSB
+    assert widest[8] > Fraction(1, 2**31) and widest[8] <= Fraction(1, 2**9), widest
+    # the 24-bit multiplier: 0.7 is 11744051 * 2^-24, a little below it, so x * 0.7 exactly on a
+    # tie (x = 5: 3.5) lands below it and rounds to 3, where the float scale's exact product
+    # rounds half away to 4
+    p = requant_params(0.7)
+    xs = np.arange(-180, 181, dtype=np.int32)
+    half = Fraction(1, 2)
+    want = np.array([int(q + half) if q >= 0 else -int(-q + half) for q in (Fraction(int(x)) * Fraction(7, 10) for x in xs)])
+    flips = [int(x) for x, g, w in zip(xs, requant(xs, p), want) if g != w]
+    assert 5 in flips and -5 in flips, flips
+    assert all((Fraction(x) * Fraction(7, 10) * 2).denominator == 1 for x in flips), flips  # only at exact ties here
