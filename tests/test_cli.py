@@ -671,3 +671,42 @@ def test_run_lists_only_the_errata_that_need_a_word(fake_jobs, monkeypatch, caps
     out = capsys.readouterr().out
     assert "mitigations applied" in out and "Not affected" not in out and "Mitigated:" not in out, out
     assert any("FL-ME-002" in ln and "Vulnerable" in ln for ln in out.splitlines()), out
+
+
+def test_a_whole_universe_campaign_is_asked_for_not_started(capsys):
+    """Without --sample a campaign once started the whole universe (5.9 million faults on the
+    small chip, 2.2 GB in 100 s, with only "building the campaign chip" printed): now it is
+    refused before anything is built, with its estimated time and what to give instead."""
+    argv = ["faults", "campaign", "--formats", "int8", "--sram-depth", "64", "--workers", "2"]
+    assert cli.main(argv) == cli.EXIT_CANNOT_START
+    err = capsys.readouterr().err
+    assert "faults: about" in err and "hours on 2 workers" in err and "give --sample N" in err and "--all" in err, err
+    assert cli.main(argv + ["--all", "--sample", "5"]) == cli.EXIT_CANNOT_START
+    assert "--all and --sample contradict each other" in capsys.readouterr().err
+
+
+def test_an_interrupted_campaign_report_says_so_with_its_wall_time(monkeypatch, tmp_path, capsys):
+    """Its JSON once said coverage_pct 100.0 and wall_s 0.0 for a campaign stopped before any
+    fault finished."""
+    import time as _time
+
+    from firstlight.faults import campaign
+
+    def fake_run(cfg, revision, sim, specs, *, on_start=None, **kw):
+        r = campaign.CampaignResult(cfg.as_dict(), revision, sim, 1, 0.5, 0.0, planned=len(specs),
+                                    started=_time.perf_counter())
+        on_start(r)
+        _time.sleep(0.2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(campaign, "run_campaign", fake_run)
+    out = tmp_path / "rep"
+    code = cli.main(["faults", "campaign", "--formats", "int8", "--sram-depth", "64", "--sample", "4",
+                     "--report", str(out)])
+    from firstlight.errors import EXIT_SIGINT
+
+    assert code == EXIT_SIGINT, code
+    rep = json.loads((out / "campaign.json").read_text())
+    assert rep["interrupted"] is True and rep["faults_planned"] == 4 and rep["faults_done"] == 0
+    assert rep["coverage_pct"] is None and rep["wall_s"] >= 0.2, rep
+    assert "**Interrupted** after 0 of 4 faults" in (out / "campaign.md").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from rich.markup import escape
@@ -14,6 +15,7 @@ from rich.table import Table
 from firstlight.errors import EXIT_FAIL, EXIT_OK, Interrupted, exit_codes_help
 
 from .common import (
+    CannotStart,
     add_array_option,
     add_formats_option,
     add_rev_option,
@@ -32,6 +34,11 @@ from .common import (
 )
 
 __all__ = ["add_parser", "cmd"]
+
+# A universe larger than this is run only when asked (--all); a fault takes about this many
+# seconds of one worker (the small chip, `--sample 120 --formats int8 --sram-depth 64` in ~3 min on 2)
+ASK_ABOVE = 2000
+SECONDS_PER_FAULT = 3.0
 
 EPILOG = """\
 A campaign builds one chip with a fault-select port (cached like every build), checks that it
@@ -80,8 +87,10 @@ def add_parser(subparsers) -> None:
     _chip_options(cp)
     add_sim_option(cp)
     cp.add_argument("--sample", type=positive, default=None, metavar="N",
-                    help="a seeded random sample of N faults, spread evenly over the kinds (default: the "
-                    "whole universe, which on the default chip is millions of faults)")
+                    help="a seeded random sample of N faults, spread evenly over the kinds")
+    cp.add_argument("--all", action="store_true", dest="all_faults",
+                    help=f"every fault of the universe (millions on the default chip); without --sample or --all a "
+                         f"universe of more than {ASK_ABOVE:,} faults is refused with an estimate of its time")
     add_seed_option(cp, help="seed of the sample and of the checklist's random data (default 1)")
     cp.add_argument("--workers", type=positive, default=None, metavar="N",
                     help="simulator processes at once (default: one per core)")
@@ -93,6 +102,31 @@ def add_parser(subparsers) -> None:
     cp.add_argument("--watchdog", type=positive, default=1_000_000, metavar="CYCLES",
                     help="cycle budget of every wait for the chip (default 1000000)")
     cp.set_defaults(handler=cmd_campaign)
+
+
+def _duration(s: float) -> str:
+    return f"{s / 3600:,.1f} hours" if s >= 5400 else f"{s / 60:,.0f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def _check_size(args, cfg) -> None:
+    """Refuse a whole universe too large to run by accident (before it is built in memory), with
+    what it would take and what to give instead."""
+    import os
+
+    from firstlight.faults.campaign import campaign_universe
+
+    if args.all_faults and args.sample is not None:
+        raise CannotStart("--all and --sample contradict each other: give one (every fault, or a sample of N)")
+    if args.all_faults or args.sample is not None:
+        return
+    total = sum(sp.size for sp in campaign_universe(cfg))
+    if total <= ASK_ABOVE:
+        return
+    workers = args.workers or os.cpu_count() or 1
+    raise CannotStart(f"the fault universe of this chip is {total:,} faults: about "
+                      f"{_duration(total * SECONDS_PER_FAULT / workers)} on {workers} workers (about "
+                      f"{SECONDS_PER_FAULT:g} s a fault each); give --sample N (--sample 500: about "
+                      f"{_duration(min(500, total) * SECONDS_PER_FAULT / workers)}) or --all to run every one")
 
 
 def _chip_options(p) -> None:
@@ -140,6 +174,7 @@ def cmd_campaign(args) -> int:
 
     require_sim(args.sim)
     cfg = _config(args)
+    _check_size(args, cfg)
     specs = sample_faults(cfg, args.sample, args.seed)
     err_console.print(f"campaign: {len(specs)} faults on revision {args.rev}, {args.sim}; building the "
                       "campaign chip (cached after the first time)...", highlight=False)
@@ -165,6 +200,8 @@ def cmd_campaign(args) -> int:
         except (Interrupted, KeyboardInterrupt):
             if started and args.report:  # keep every verdict so far
                 partial = started[0]
+                partial.interrupted = True
+                partial.wall_s = round(time.perf_counter() - partial.started, 1)
                 command = getattr(args, "command_line", shlex.join(["firstlight", *sys.argv[1:]]))
                 for path in write_report(partial, args.report, command + f"  (interrupted after "
                                          f"{len(partial.results)} of {len(specs)} faults)"):

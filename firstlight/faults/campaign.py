@@ -175,6 +175,9 @@ class CampaignResult:
     wall_s: float
     results: list[dict] = field(default_factory=list)
     universe: dict = field(default_factory=dict)
+    planned: int = 0  # the faults the campaign was given
+    started: float = 0.0  # time.perf_counter() at its start (the wall time of an interrupted one)
+    interrupted: bool = False  # stopped by a signal: the results are those finished before it
 
     def by_kind(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -205,9 +208,13 @@ class CampaignResult:
         return 100.0 * t["detected"] / seen if seen else 100.0
 
     def to_dict(self) -> dict:
+        t = self.totals()
+        # an interrupted campaign with no visible fault finished has no coverage (not 100%)
+        cov = None if self.interrupted and t["faults"] == t["redundant"] else round(self.coverage(), 3)
         return {"config": self.config, "revision": self.revision, "sim": self.sim, "seed": self.seed,
+                "interrupted": self.interrupted, "faults_planned": self.planned, "faults_done": len(self.results),
                 "build_s": self.build_s, "wall_s": self.wall_s, "universe": self.universe,
-                "totals": self.totals(), "coverage_pct": round(self.coverage(), 3), "by_kind": self.by_kind(), "by_stage": self.by_stage(),
+                "totals": t, "coverage_pct": cov, "by_kind": self.by_kind(), "by_stage": self.by_stage(),
                 "results": self.results}
 
 
@@ -227,7 +234,8 @@ def run_campaign(cfg: ChipConfig, revision: str, sim: str, specs: list[str], *, 
     if on_build:
         on_build(build)
     result = CampaignResult(cfg.as_dict(), revision, sim, seed, round(time.perf_counter() - t0, 1), 0.0,
-                            universe={sp.name: sp.size for sp in campaign_universe(cfg)})
+                            universe={sp.name: sp.size for sp in campaign_universe(cfg)}, planned=len(faults),
+                            started=t0)
     if on_start:
         on_start(result)
     good = _run_good(cfg, build, seed, watchdog)
@@ -303,6 +311,8 @@ def markdown(result: CampaignResult, command: str) -> str:
              f"{t['faults'] - t['redundant']} that can be seen; misattributed {t['misattributed']}, "
              f"undetected {t['undetected']}, harness errors {t['error']}",
              f"- build {result.build_s:.0f} s, campaign wall time {result.wall_s:.0f} s", "",
+             *([f"**Interrupted** after {len(result.results)} of {result.planned} faults: the figures below are "
+                f"those of the faults that finished.", ""] if result.interrupted else []),
              "| kind | universe | sampled | redundant | detected | misattributed | undetected | error |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, row in result.by_kind().items():
