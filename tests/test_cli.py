@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import shutil
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -710,3 +714,37 @@ def test_an_interrupted_campaign_report_says_so_with_its_wall_time(monkeypatch, 
     assert rep["interrupted"] is True and rep["faults_planned"] == 4 and rep["faults_done"] == 0
     assert rep["coverage_pct"] is None and rep["wall_s"] >= 0.2, rep
     assert "**Interrupted** after 0 of 4 faults" in (out / "campaign.md").read_text()
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_numerics_special_ends_its_workers_on_a_signal(sig):
+    """SIGTERM to the process group (what timeout and CI send) once gave a concurrent.futures
+    traceback and a hang in the pool's exit, and a second SIGINT left workers re-parented to init
+    that ignored both signals. Now the command exits with the signal's code, no traceback, and no
+    worker outlives it by more than a second."""
+    import signal as _signal
+    import subprocess
+
+    import psutil
+
+    p = subprocess.Popen([sys.executable, "-m", "firstlight.cli", "numerics", "--special", "exp", "--stride", "97",
+                          "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         cwd=str(Path(__file__).resolve().parent.parent))
+    try:
+        deadline = time.monotonic() + 60
+        kids = []
+        while time.monotonic() < deadline and len(kids) < 2:
+            time.sleep(0.2)
+            kids = [k for k in psutil.Process(p.pid).children(recursive=True) if "python" in k.name()]
+        assert len(kids) >= 2, "the workers did not start"
+        time.sleep(1.0)
+        os.killpg(p.pid, getattr(_signal, sig))
+        _, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, _signal.SIGKILL)
+    assert p.returncode == 128 + getattr(_signal, sig), (p.returncode, err.decode()[-2000:])
+    assert b"Traceback" not in err, err.decode()[-2000:]
+    time.sleep(1.0)
+    alive = [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"workers {alive} outlived the command"

@@ -71,13 +71,28 @@ def add_parser(subparsers) -> None:
     sp.add_argument("--workers", type=positive, default=None, metavar="N", help="processes (default: one per core)")
 
 
+def _quiet_worker() -> None:
+    """A --special worker: Ctrl-C is the parent's to handle; SIGTERM (the parent ending the pool
+    on any signal) ends it at once, with no traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _measure(args):
+    from golden.special import measure_chunk
+
+    return measure_chunk(*args)
+
+
 def cmd_special(args) -> int:
+    import multiprocessing
     import os
-    from concurrent.futures import ProcessPoolExecutor
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from golden.special import SPECIAL_FUNCTIONS, domain_chunks, measure_chunk, merge
+    from golden.special import SPECIAL_FUNCTIONS, domain_chunks, merge
 
     from .common import FittedTable, err_console
 
@@ -87,20 +102,29 @@ def cmd_special(args) -> int:
             raise CannotStart(f"unknown special function {n!r}; known: {', '.join(SPECIAL_FUNCTIONS)}")
     rows = []
     workers = args.workers or os.cpu_count() or 1
-    with ProcessPoolExecutor(max_workers=workers) as pool, \
-            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                     console=err_console, transient=True) as progress:
-        for name in names:
-            pieces = domain_chunks(name, args.stride)
-            task = progress.add_task(f"{name}: chunks of inputs", total=len(pieces))
-            results = []
-            for r in pool.map(measure_chunk, [name] * len(pieces), pieces):
-                results.append(r)
-                progress.advance(task)
-            s = merge(results)
-            lo, hi = SPECIAL_FUNCTIONS[name][2]
-            rows.append([name, f"[{lo}, {hi}]", f"{s['count']:,}", f"{s['max_ulp']:.4f}",
-                         f"{s['worst_x']!r} (0x{s['worst_bits']:08x})", f"{100 * s['correctly_rounded']:.3f}%"])
+    # a pool that ends on any signal: once a concurrent.futures pool printed a traceback on SIGTERM,
+    # hung in its exit, and a second SIGINT left its workers re-parented to init, ignoring signals
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_quiet_worker)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=True) as progress:
+            for name in names:
+                pieces = domain_chunks(name, args.stride)
+                task = progress.add_task(f"{name}: chunks of inputs", total=len(pieces))
+                results = []
+                for r in pool.imap(_measure, [(name, piece) for piece in pieces]):
+                    results.append(r)
+                    progress.advance(task)
+                s = merge(results)
+                lo, hi = SPECIAL_FUNCTIONS[name][2]
+                rows.append([name, f"[{lo}, {hi}]", f"{s['count']:,}", f"{s['max_ulp']:.4f}",
+                             f"{s['worst_x']!r} (0x{s['worst_bits']:08x})", f"{100 * s['correctly_rounded']:.3f}%"])
+        pool.close()
+    except BaseException:
+        pool.terminate()  # SIGTERM to every worker, then joined: none outlives the command
+        raise
+    finally:
+        pool.join()
     what = "every input" if args.stride == 1 else f"every {args.stride}th input"
     console.print(FittedTable(f"Special functions vs float64 ({what} of the documented range)",
                               ["function", "range", "inputs", "max ulp", "worst at", "correctly\nrounded"], rows))
