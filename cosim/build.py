@@ -683,6 +683,7 @@ def generate_verilog(variant: Variant, rebuilt: list[str] | None = None,
     out = out_dir / f"{CHIP_MODULE}.v"
     manifest = out_dir / "manifest.json"
     if out.exists() and _verilog_problem(out) is None:
+        _mark_used(manifest)
         return out, True, 0.0
     out_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out_dir) + ".lock"):
@@ -928,8 +929,19 @@ def build_simulator(variant: Variant, sim: str = "verilator", clock: str | None 
                     runtime.start()
                 _compile(variant, sim, clock, waves, info, verilog_path, build_dir, args, control, t0, again, runtime)
     first = (_read_json(marker) or {}).get("build_s")
+    if hit:
+        _mark_used(marker)
     return Build(variant, sim, clock, build_dir, verilog_path, hit, time.perf_counter() - t0, elab_s, v_hit, first,
                  rebuilt)
+
+
+def _mark_used(marker: Path) -> None:
+    """A cache hit: the entry's marker's time is its last use, which ``firstlight cache prune`` reads
+    (cosim/cache.py). A read-only cache keeps its times."""
+    try:
+        os.utime(marker)
+    except OSError:
+        pass
 
 
 def sim_args(sim: str, clock: str) -> list[str]:

@@ -748,3 +748,43 @@ def test_numerics_special_ends_its_workers_on_a_signal(sig):
     time.sleep(1.0)
     alive = [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"workers {alive} outlived the command"
+
+
+def test_cache_info_and_prune_take_whole_entries_least_recently_used_first(tmp_path, monkeypatch, capsys):
+    """The cache grew to 532 MB / 54 variants in a day with no way to see or trim it."""
+    from filelock import FileLock
+
+    monkeypatch.setenv("FIRSTLIGHT_CACHE", str(tmp_path))
+    now = time.time()
+
+    def entry(kind, name, marker, nbytes, days_ago):
+        d = tmp_path / kind / name
+        d.mkdir(parents=True)
+        (d / "payload").write_bytes(b"x" * nbytes)
+        (d / marker).write_text("{}")
+        t = now - days_ago * 86400
+        for f in d.iterdir():
+            os.utime(f, (t, t))
+        (tmp_path / kind / f"{name}.lock").touch()
+        return d
+
+    old = entry("sim", "verilator-aaaa", ".complete", 3000, 30)
+    mid = entry("verilog", "cccc", "manifest.json", 2000, 10)
+    new = entry("sim", "icarus-bbbb", ".complete", 500, 0)
+    assert cli.main(["cache"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "sim" in out and "verilog" in out and "30 days ago" in out and "total" in out, out
+    assert cli.main(["cache", "prune", "--older-than", "20", "--dry-run"]) == cli.EXIT_OK
+    assert "would remove sim verilator-aaaa" in capsys.readouterr().out and old.exists()
+    assert cli.main(["cache", "prune", "--older-than", "20"]) == cli.EXIT_OK
+    assert not old.exists() and not (tmp_path / "sim" / "verilator-aaaa.lock").exists() and mid.exists() and new.exists()
+    with FileLock(str(new) + ".lock"):  # a build holds it
+        assert cli.main(["cache", "prune", "--max-size", "1K"]) == cli.EXIT_OK
+        out = capsys.readouterr().out
+    assert not mid.exists() and new.exists(), out  # least recently used first; the held one was not needed
+    with FileLock(str(new) + ".lock"):
+        assert cli.main(["cache", "prune", "--max-size", "0"]) == cli.EXIT_OK
+        assert "skipped sim icarus-bbbb: in use" in capsys.readouterr().out and new.exists()
+    assert cli.main(["cache", "prune"]) == cli.EXIT_CANNOT_START
+    assert cli.main(["cache", "prune", "--max-size", "lots"]) == cli.EXIT_CANNOT_START
+    assert "a size is bytes or a number with K, M, G or T" in capsys.readouterr().err

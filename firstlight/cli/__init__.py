@@ -24,7 +24,7 @@ from firstlight.errors import (
     interrupt_signals,
 )
 
-from . import bench, bringup, errata, faults, model, numerics, regress, roofline, run, sweep
+from . import bench, bringup, cache, errata, faults, model, numerics, regress, roofline, run, sweep
 from .common import CREATED_FOLDERS, check_outputs, console, err_console, remove_created_folders
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # In the order ``firstlight --help`` lists them.
-COMMANDS = (run, bench, roofline, bringup, faults, numerics, errata, model, sweep, regress)
+COMMANDS = (run, bench, roofline, bringup, faults, numerics, errata, model, sweep, regress, cache)
 
 EPILOG = """\
 examples:
@@ -56,7 +56,8 @@ examples:
   firstlight sweep run examples/sweep-small.toml         a design-space sweep on a local Dask cluster
   firstlight regress --sim verilator --seeds 1 2         checklist + kernels over revisions x sims x seeds
 
-Simulator builds are cached under $FIRSTLIGHT_CACHE (default ~/.cache/firstlight).
+Simulator builds are cached under $FIRSTLIGHT_CACHE (default ~/.cache/firstlight): `firstlight cache`
+shows what it holds, `firstlight cache prune` trims it.
 
 """ + exit_codes_help()
 
