@@ -788,3 +788,14 @@ def test_cache_info_and_prune_take_whole_entries_least_recently_used_first(tmp_p
     assert cli.main(["cache", "prune"]) == cli.EXIT_CANNOT_START
     assert cli.main(["cache", "prune", "--max-size", "lots"]) == cli.EXIT_CANNOT_START
     assert "a size is bytes or a number with K, M, G or T" in capsys.readouterr().err
+
+
+def test_doctor_prints_the_toolchain_and_fails_on_what_is_missing(monkeypatch, capsys):
+    require_sim("verilator")
+    assert cli.main(["doctor"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "verilator" in out and "cocotb" in out and "build cache" in out and "everything a run needs" in out, out
+    monkeypatch.setenv("FIRSTLIGHT_CACHE", "")
+    assert cli.main(["doctor"]) == cli.EXIT_FAIL
+    out = capsys.readouterr().out
+    assert "missing: build cache" in out and "set but empty" in out, out

@@ -24,7 +24,7 @@ from firstlight.errors import (
     interrupt_signals,
 )
 
-from . import bench, bringup, cache, errata, faults, model, numerics, regress, roofline, run, sweep
+from . import bench, bringup, cache, doctor, errata, faults, model, numerics, regress, roofline, run, sweep
 from .common import CREATED_FOLDERS, check_outputs, console, err_console, remove_created_folders
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # In the order ``firstlight --help`` lists them.
-COMMANDS = (run, bench, roofline, bringup, faults, numerics, errata, model, sweep, regress, cache)
+COMMANDS = (run, bench, roofline, bringup, faults, numerics, errata, model, sweep, regress, cache, doctor)
 
 EPILOG = """\
 examples:
