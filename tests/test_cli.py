@@ -370,6 +370,9 @@ def fake_jobs(monkeypatch):
         calls.append((fn, kwargs, kw))
         recs = [{"type": "bench", "shape": s, "passed": True, "mismatch": None, "stats": _STATS}
                 for s in (kwargs or {}).get("shapes", [])]
+        for r in recs:  # as the job emits them
+            if kw.get("on_record"):
+                kw["on_record"](r)
         return SimpleNamespace(value={"passed": True, "mismatch": None, "stats": _STATS}, records=recs, run_s=1.0,
                                build=SimpleNamespace(build_s=0.5, cache_hit=True), waves=None)
 
@@ -435,7 +438,7 @@ def test_run_hands_the_job_function_and_its_policy(fake_jobs, tmp_path, capsys):
                                                                             "errata_policy": {}}
 
 
-def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
+def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path, capsys):
     from types import SimpleNamespace
 
     from cosim import build
@@ -449,6 +452,9 @@ def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path):
     assert cli.main(argv) == cli.EXIT_OK
     (fn, kwargs, kw), (vfn, vkwargs, _) = fake_jobs[-2:]
     assert fn is kernel_jobs.bench_job and kw["sim"] == "verilator"
+    # each result announced as it arrives (the default bench once ran 365 s printing nothing)
+    err = capsys.readouterr().err
+    assert "verilator 1/4: gemm 2x2x2" in err and "verilator 2/4: gemm 3x4x5" in err, err
     assert kwargs == {"shapes": [[2, 2, 2], [3, 4, 5]], "seed": 1, "errata_policy": {},
                       "double_buffer": [True, False], "trace": False}  # --buffering both by default
     # and the vector-unit table, by default every vector-unit kernel's own bench entries (attention

@@ -185,15 +185,33 @@ def bench_table(rows: list[dict], title: str) -> FittedTable:
                        keys=2)
 
 
-def _bench_records(job, params: dict, rtype: str, variant, sim: str, keep: bool) -> tuple[list[dict], bool, bool]:
+def _bench_records(job, params: dict, rtype: str, variant, sim: str, keep: bool, total: int = 0
+                   ) -> tuple[list[dict], bool, bool]:
     """Run one bench job; return (its records of type ``rtype``, whether the job failed, whether
     that was a harness error). A job that fails still gives the records it wrote before. Its
-    folder is removed when every result passed (unless ``keep``), else kept and printed."""
+    folder is removed when every result passed (unless ``keep``), else kept and printed. Each
+    result is announced on stderr as it arrives (``total``: how many are due), so a long bench
+    shows where it is."""
     from cosim.jobs import JobFailed, SimulatorDied, run_job
+
+    done = [0]
+
+    def progress(r: dict) -> None:
+        if r.get("type") != rtype:
+            return
+        done[0] += 1
+        st = r.get("stats") or {}
+        if "kernel" in r:
+            what = f"{r['kernel']} {r.get('shape', '')}"
+        else:
+            what = "gemm " + "x".join(map(str, r.get("shape", []))) + ("" if r.get("double_buffer", True) else ", single buffer")
+        verdict = "bit-exact" if r.get("passed") else "WRONG (see the table)"
+        err_console.print(f"{sim} {done[0]}/{total or '?'}: {what}: {st.get('cycles', 0):,} cycles, {verdict}",
+                          highlight=False, soft_wrap=True)
 
     with JobFolder(keep, "bench") as folder:
         try:
-            res = run_job(job, params, variant=variant, sim=sim, work_dir=folder.path)
+            res = run_job(job, params, variant=variant, sim=sim, work_dir=folder.path, on_record=progress)
         except JobFailed as e:
             died = isinstance(e, SimulatorDied)
             err_console.print(plain((f"{sim}: {'harness error: ' if died else ''}{e}", "red")))
@@ -244,7 +262,7 @@ def cmd(args) -> int:
         cached = build_simulator(variant, sim=s)
         recs, job_failed, died = _bench_records(kernel_jobs.bench_job, {
             "shapes": shapes, "seed": args.seed, "errata_policy": {}, "double_buffer": buffering,
-            "trace": args.trace is not None}, "bench", variant, s, args.keep)
+            "trace": args.trace is not None}, "bench", variant, s, args.keep, len(shapes) * len(buffering))
         failed |= job_failed
         harness |= died
         for r in recs:
@@ -281,7 +299,7 @@ def cmd(args) -> int:
             if s == "icarus" and args.attention is None and args.row_shapes is None:
                 continue  # ~40x slower: only what is asked for
             recs, job_failed, died = _bench_records(kernel_jobs.vector_bench_job, {
-                "kernels": row_cases, "seed": args.seed}, "vector_bench", variant, s, args.keep)
+                "kernels": row_cases, "seed": args.seed}, "vector_bench", variant, s, args.keep, len(row_cases))
             failed |= job_failed
             harness |= died
             for r in recs:
