@@ -395,3 +395,16 @@ def test_a_chip_failure_is_diagnosed_without_a_python_traceback(tmp_path):
     assert reset["status"] == "failed" and "traceback" not in reset["figures"], reset
     assert "Traceback" not in (report / "report.md").read_text()
     assert "(at stages.py:" in reset["details"] and "the CSR bus is hung" in reset["details"], reset
+
+
+def test_a_wide_words_fault_names_which_32_bits_its_values_are():
+    """ACC words are 128 bits, read 32 at a time through the window: the message once gave bit 70
+    beside a 32-bit value with no word of which 32 bits those were."""
+    from firstlight.bringup.stages import _Window
+
+    w = _Window(None, "ACC", 2, 1024, 4, 32)
+    msg = w.where(5 * 4 + 2, 0x40, 0x0, "March C- M1")
+    assert msg == ("SRAM ACC: March C- M1 failed at word 5 (0x5), bit 70: its bits 95..64 read 0x00000040, "
+                   "expected 0x00000000"), msg
+    narrow = _Window(None, "CMDQ", 3, 1024, 1, 16)
+    assert narrow.where(3, 0x8, 0x0, "March C- M2").endswith("bit 3: read 0x0008, expected 0x0000")

@@ -187,11 +187,17 @@ class _Window:
         self.n = words * chunks
 
     def where(self, cell: int, got: int, want: int, test: str) -> str:
+        """The failing bits as bits of the SRAM word; the values are the window's cell (a word
+        wider than 32 bits is read 32 bits at a time), which the message says."""
         word, sub = divmod(cell, self.chunks)
         bits = [sub * 32 + b for b in range(self.width) if (got ^ want) >> b & 1]
+        digits = (self.width + 3) // 4
+        values = f"read 0x{got:0{digits}x}, expected 0x{want:0{digits}x}"
+        if self.chunks > 1:  # say which 32 bits of the word those values are
+            lo = sub * 32
+            values = f"its bits {lo + self.width - 1}..{lo} {values}"
         return (f"SRAM {self.name}: {test} failed at word {word} (0x{word:x}), bit{'s' if len(bits) > 1 else ''} "
-                f"{', '.join(map(str, bits[:8]))}: read 0x{got:0{(self.width + 3) // 4}x}, "
-                f"expected 0x{want:0{(self.width + 3) // 4}x}")
+                f"{', '.join(map(str, bits[:8]))}: {values}")
 
     async def seek(self, cell):
         await self.dev.window_seek(self.region, cell)
