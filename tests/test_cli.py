@@ -805,3 +805,23 @@ def test_doctor_prints_the_toolchain_and_fails_on_what_is_missing(monkeypatch, c
     assert cli.main(["doctor"]) == cli.EXIT_FAIL
     out = capsys.readouterr().out
     assert "missing: build cache" in out and "set but empty" in out, out
+
+
+def test_log_level_options_before_or_after_the_command(fake_jobs, capsys):
+    """-v / -q / --log-level, as pytest and cocotb users expect, on every command."""
+    import logging
+
+    log = logging.getLogger("firstlight")
+    try:
+        assert cli.main(["--log-level", "debug", "doctor"]) in (cli.EXIT_OK, cli.EXIT_FAIL)
+        assert log.level == logging.DEBUG and os.environ.get("COCOTB_LOG_LEVEL") == "DEBUG"
+        assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "--attention", "--rows", "-q"]) == cli.EXIT_OK
+        assert log.level == logging.WARNING
+        assert "verilator 1/" not in capsys.readouterr().err  # -q: no progress lines
+        assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "--attention", "--rows"]) == cli.EXIT_OK
+        assert log.level == logging.INFO and "verilator 1/2: gemm 2x2x2" in capsys.readouterr().err
+        assert cli.main(["doctor", "--log-level", "loud"]) == cli.EXIT_CANNOT_START
+        assert "invalid choice: 'LOUD'" in capsys.readouterr().err
+    finally:
+        log.setLevel(logging.INFO)
+        os.environ.pop("COCOTB_LOG_LEVEL", None)

@@ -99,8 +99,37 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every parser of the command line (subcommands inherit the class): the logging options are
+    accepted before the command and after it (``firstlight -q run ...``, ``firstlight run ... -v``),
+    as pytest and cocotb users expect. Their default is to set nothing, so a subcommand's parser
+    does not overwrite what was given before it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        g = self.add_argument_group("logging")
+        g.add_argument("-v", "--verbose", action="store_const", const="DEBUG", dest="log_level",
+                       default=argparse.SUPPRESS, help="log every step, the simulators' cocotb logs too (DEBUG)")
+        g.add_argument("-q", "--quiet", action="store_const", const="WARNING", dest="log_level",
+                       default=argparse.SUPPRESS, help="only warnings and errors: no build or progress steps")
+        g.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, dest="log_level", default=argparse.SUPPRESS,
+                       help="the log level (default INFO: the long steps, such as a first build, announce themselves)")
+
+
+def _apply_log_level(level: str) -> None:
+    import logging
+    import os
+
+    logging.getLogger("firstlight").setLevel(level)
+    if level == "DEBUG":  # the simulator processes' cocotb logs, into their sim.log
+        os.environ["COCOTB_LOG_LEVEL"] = "DEBUG"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="firstlight",
         description="Bring-up harness for a small AI accelerator: real Amaranth RTL on Verilator or "
         "Icarus under cocotb, kernels checked against numpy goldens.",
@@ -145,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse: 2 on bad arguments, 0 on --help and --version
         return int(e.code or 0)
     args.command_line = shlex.join(["firstlight", *argv])
+    _apply_log_level(getattr(args, "log_level", "INFO"))
     CREATED_FOLDERS.clear()
     try:
         with interrupt_signals():

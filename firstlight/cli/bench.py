@@ -196,8 +196,12 @@ def _bench_records(job, params: dict, rtype: str, variant, sim: str, keep: bool,
 
     done = [0]
 
+    import logging
+
+    quiet = not logging.getLogger("firstlight").isEnabledFor(logging.INFO)  # -q
+
     def progress(r: dict) -> None:
-        if r.get("type") != rtype:
+        if r.get("type") != rtype or quiet:
             return
         done[0] += 1
         st = r.get("stats") or {}
