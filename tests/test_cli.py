@@ -825,3 +825,44 @@ def test_log_level_options_before_or_after_the_command(fake_jobs, capsys):
     finally:
         log.setLevel(logging.INFO)
         os.environ.pop("COCOTB_LOG_LEVEL", None)
+
+
+def test_errata_check_and_campaign_write_junit(monkeypatch, tmp_path, capsys):
+    """JUnit XML was written by bringup only; errata check and faults campaign give it now: a
+    testcase per erratum / fault, failures where the verdict is one."""
+    from junitparser import Failure, JUnitXml, Skipped
+
+    from firstlight.faults import campaign
+    from firstlight.jobs import errata as errata_jobs
+    from workarounds import ERRATA
+
+    monkeypatch.setattr(cli.errata, "require_sim", lambda name: None, raising=False)
+    seen = {e.id: {"fired": "A0" in e.affected, "detail": "seen"} for e in ERRATA}
+    seen["FL-ME-001"] = {"fired": False, "detail": "nothing"}  # a known erratum not reproduced
+    monkeypatch.setattr(errata_jobs, "check_revision", lambda rev, sim, folder: (seen, None))
+    path = tmp_path / "errata.xml"
+    assert cli.main(["errata", "check", "--rev", "A0", "--junit", str(path)]) == cli.EXIT_FAIL
+    cases = {c.name: c for suite in JUnitXml.fromfile(str(path)) for c in suite}
+    assert set(cases) == {e.id for e in ERRATA}
+    assert isinstance(cases["FL-ME-001"].result[0], Failure) and "not reproduced" in cases["FL-ME-001"].result[0].message
+    assert not cases["FL-ME-002"].result
+
+    def fake_run(cfg, revision, sim, specs, **kw):
+        r = campaign.CampaignResult(cfg.as_dict(), revision, sim, 1, 0.5, 1.0, planned=3)
+        r.results = [{"fault": "pe:0,0:acc:stuck1:bit=3", "kind": "pe", "verdict": "detected", "stage": "engine_smoke",
+                      "details": "PE(0, 0) bit 3", "seconds": 1.0},
+                     {"fault": "csr:CTRL:stuck0:bit=3", "kind": "csr", "verdict": "redundant", "stage": None,
+                      "details": "a strobe", "seconds": 0.0},
+                     {"fault": "dram:stuck1:addr=9:bit=1", "kind": "dram", "verdict": "undetected", "stage": None,
+                      "details": "", "seconds": 2.0}]
+        return r
+
+    monkeypatch.setattr(campaign, "run_campaign", fake_run)
+    monkeypatch.setattr(cli.faults, "require_sim", lambda name: None, raising=False)
+    path = tmp_path / "faults.xml"
+    assert cli.main(["faults", "campaign", "--formats", "int8", "--sram-depth", "64", "--sample", "3",
+                     "--junit", str(path)]) == cli.EXIT_OK
+    cases = {c.name: c for suite in JUnitXml.fromfile(str(path)) for c in suite}
+    assert not cases["pe:0,0:acc:stuck1:bit=3"].result
+    assert isinstance(cases["csr:CTRL:stuck0:bit=3"].result[0], Skipped)
+    assert isinstance(cases["dram:stuck1:addr=9:bit=1"].result[0], Failure)

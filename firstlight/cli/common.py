@@ -182,13 +182,18 @@ def add_rev_option(p: argparse.ArgumentParser, *, default: str | None = "A0", re
                    help=f"{help} ({known})" if help else f"silicon revision ({known})")
 
 
+def add_junit_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--junit", type=Path, default=None, metavar="PATH", action=Once,
+                   help=f"also write JUnit XML to PATH, a testcase per {what} (a CI's test report reads it)")
+
+
 def add_json_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
     p.add_argument("--json", type=Path, default=None, metavar="PATH", action=Once,
                    help=help or "also write the results as JSON to PATH")
 
 
 # Output options by their argparse ``dest``: checked for writability before anything is built.
-OUTPUT_FILES = ("json", "trace", "out")  # checked by main() before anything is built
+OUTPUT_FILES = ("json", "trace", "out", "junit")  # checked by main() before anything is built
 OUTPUT_DIRS = ("report",)
 
 

@@ -19,6 +19,7 @@ from firstlight.errors import EXIT_FAIL, EXIT_OK, CannotStart, exit_codes_help
 from .common import (
     JobFolder,
     add_json_option,
+    add_junit_option,
     add_keep_option,
     add_rev_option,
     add_seed_option,
@@ -59,6 +60,7 @@ def add_parser(subparsers) -> None:
     add_rev_option(ec, required=True)
     add_sim_option(ec)
     add_json_option(ec)
+    add_junit_option(ec, "erratum (failed: a new finding or a known erratum not reproduced)")
     add_keep_option(ec)
     uses_build_cache(ec)
     em = e_sub.add_parser("measure", help="run the regression matrix (revision x mitigation on/off), store the "
@@ -165,6 +167,15 @@ def _check_report(args, observed: dict, error: str | None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"revision": args.rev, "sim": args.sim, "rows": rows}, indent=2, default=_text))
     bad = [r for r in rows if r["verdict"] not in NO_FINDING]
+    if args.junit:
+        from firstlight.junit import Case, write_junit
+
+        cases = [Case(r["id"], f"firstlight.errata.{args.rev}", "passed" if r["verdict"] in NO_FINDING else "failed",
+                      f"{r['verdict']}: {r['detail']}") for r in rows]
+        if error:
+            cases.append(Case("check", f"firstlight.errata.{args.rev}", "error", f"the check did not finish: {error}"))
+        write_junit(args.junit, f"firstlight errata check {args.rev} ({args.sim})", cases,
+                    {"revision": args.rev, "sim": args.sim})
     for r in bad:
         err_console.print(plain((f"{r['verdict'].upper()}: ", "bold red"), f"{r['id']} on {args.rev}: {r['detail']}"))
     return EXIT_FAIL if bad or error else EXIT_OK

@@ -17,6 +17,7 @@ from firstlight.errors import EXIT_FAIL, EXIT_OK, Interrupted, exit_codes_help
 from .common import (
     CannotStart,
     add_array_option,
+    add_junit_option,
     add_formats_option,
     add_rev_option,
     add_sram_depth_option,
@@ -99,6 +100,7 @@ def add_parser(subparsers) -> None:
     cp.add_argument("--min-coverage", type=_percent, default=0.0, metavar="PCT",
                     help="exit 1 if fewer than PCT%% of the faults are detected, PCT in [0, 100] (default 0: report "
                          "only)")
+    add_junit_option(cp, "fault (failed: not detected or misattributed; error: the harness could not tell)")
     cp.add_argument("--watchdog", type=positive, default=1_000_000, metavar="CYCLES",
                     help="cycle budget of every wait for the chip (default 1000000)")
     cp.set_defaults(handler=cmd_campaign)
@@ -219,6 +221,19 @@ def cmd_campaign(args) -> int:
         command = getattr(args, "command_line", shlex.join(["firstlight", *sys.argv[1:]]))
         for p in write_report(result, args.report, command):
             console.print(f"wrote {escape(str(p))}", highlight=False)
+    if args.junit:
+        from firstlight.junit import Case, write_junit
+
+        status = {"detected": "passed", "redundant": "skipped", "undetected": "failed", "misattributed": "failed",
+                  "error": "error"}
+        cases = [Case(r["fault"], f"firstlight.faults.{r['kind']}", status[r["verdict"]],
+                      f"{r['verdict']}" + (f" (stage {r['stage']})" if r.get("stage") else "")
+                      + (f": {r['details'][:300]}" if r.get("details") else ""), r.get("details") or "",
+                      r.get("seconds", 0.0)) for r in result.results]
+        write_junit(args.junit, f"firstlight faults campaign {args.rev} ({args.sim})", cases,
+                    {"revision": args.rev, "sim": args.sim, "seed": args.seed,
+                     "coverage_pct": round(result.coverage(), 3)})
+        console.print(f"wrote {escape(str(args.junit))}", highlight=False)
     return EXIT_OK if result.coverage() >= args.min_coverage else EXIT_FAIL
 
 
