@@ -866,3 +866,10 @@ def test_errata_check_and_campaign_write_junit(monkeypatch, tmp_path, capsys):
     assert not cases["pe:0,0:acc:stuck1:bit=3"].result
     assert isinstance(cases["csr:CTRL:stuck0:bit=3"].result[0], Skipped)
     assert isinstance(cases["dram:stuck1:addr=9:bit=1"].result[0], Failure)
+
+
+def test_piped_output_has_no_trailing_blanks(capsys):
+    """Rich pads a table's lines to the console width; piped or saved output kept the padding."""
+    assert cli.main(["errata", "list", "--rev", "A0"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "FL-ME-001" in out and not [line for line in out.splitlines() if line != line.rstrip()], out[:400]

@@ -14,8 +14,11 @@ also never render emoji codes, whatever is printed.
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
+import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -60,8 +63,39 @@ __all__ = [
     "variant_from_args",
 ]
 
-console = Console(emoji=False)
-err_console = Console(stderr=True, soft_wrap=True, emoji=False)  # never break a message mid-command
+class _Piped(io.TextIOBase):
+    """sys.stdout or sys.stderr as it is at each write (a test's capture too), with the spaces
+    that pad a table's lines to the console width dropped when the stream is not a terminal: piped
+    or saved output has no trailing blanks."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self._name = name
+
+    @property
+    def _to(self):
+        return getattr(sys, self._name)
+
+    def write(self, s: str) -> int:
+        to = self._to
+        if not to.isatty():
+            s = _TRAILING.sub("\n", s)
+        return to.write(s)
+
+    def flush(self) -> None:
+        self._to.flush()
+
+    def isatty(self) -> bool:
+        return self._to.isatty()
+
+    @property
+    def encoding(self):
+        return getattr(self._to, "encoding", "utf-8")
+
+
+_TRAILING = re.compile(r"[ \t]+\n")
+console = Console(file=_Piped("stdout"), emoji=False)
+err_console = Console(file=_Piped("stderr"), soft_wrap=True, emoji=False)  # never break a message mid-command
 
 
 def plain(*parts) -> Text:
