@@ -58,6 +58,9 @@ def test_run_gemm_writes_json(tmp_path, monkeypatch):
     for key in ("kernel", "shape", "array", "sim", "passed", "cycles", "ideal_cycles", "utilization",
                 "wall_s", "sim_cycles_per_s", "build_s", "sim_process_s"):
         assert key in d, key
+    # the provenance block bringup's report carries, in every JSON the tool writes
+    prov = d["provenance"]
+    assert prov["command"].startswith("firstlight run gemm") and "verilator" in prov["tools"] and prov["git_commit"]
     assert d["passed"] is True and d["shape"] == [7, 5, 9] and d["array"] == "4x4"
     assert d["ideal_cycles"] == -(-7 * 5 * 9 // 16)
     assert 0 < d["utilization"] <= 1
@@ -136,7 +139,9 @@ def test_errata_bad_input_exit_2(argv, needle, capsys):
 def test_errata_list_and_show(capsys, tmp_path):
     out = tmp_path / "e.json"
     assert cli.main(["errata", "list", "--rev", "B0", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())
+    doc = json.loads(out.read_text())
+    rows = doc["rows"]
+    assert doc["provenance"]["command"].startswith("firstlight errata list") and doc["provenance"]["git_commit"]
     assert {r["id"]: r["status"]["B0"] for r in rows}["FL-CP-001"].startswith("Mitigated: ")
     assert cli.main(["errata", "show", "FL-ME-002"]) == 0
     text = capsys.readouterr().out
@@ -475,7 +480,8 @@ def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path, cap
     assert fake_jobs[-1][1]["kernels"] == bench_rows
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2x2", "--attention", "64x16c", "--rows"]) == cli.EXIT_OK
     assert fake_jobs[-1][1]["kernels"] == [["flash_attention", {"seq": 64, "dim": 16, "causal": True}]]
-    assert [r["shape"] for r in json.loads(out.read_text())] == ["2x2x2", "3x4x5"]
+    doc = json.loads(out.read_text())
+    assert [r["shape"] for r in doc["rows"]] == ["2x2x2", "3x4x5"] and "tools" in doc["provenance"]
     assert cli.main(["bench", "--sims", "verilator", "--shapes", "2x2"]) == cli.EXIT_CANNOT_START
 
 

@@ -80,7 +80,7 @@ def test_bench_limit_prints_the_table_and_its_json(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     import json
 
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["rows"]
     assert [r["chip"] for r in rows] == ["4x4-int8-novec"]
     for key in ("chip", "shape", "harness_cycles_per_s", "limit_cycles_per_s", "ratio"):
         assert key in rows[0]

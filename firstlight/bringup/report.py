@@ -16,7 +16,7 @@ from pathlib import Path
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
-__all__ = ["write_reports", "markdown", "junit", "provenance", "summary_line", "long_details", "stage_text"]
+__all__ = ["with_provenance", "write_reports", "markdown", "junit", "provenance", "summary_line", "long_details", "stage_text"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUMMARY_CHARS = 300
@@ -77,6 +77,16 @@ def tool_versions(sim: str | None) -> dict[str, str]:
         except (SimulatorMissing, ValueError):
             out[sim] = "not installed"
     return out
+
+
+def with_provenance(doc, sim: str | None = None, command: str | None = None) -> dict:
+    """A JSON document the tool writes, with the provenance block first (what bringup's report
+    carries: time, host, commit, tool versions, command): a dict gains ``provenance``; a list of
+    rows becomes ``{"provenance": ..., "rows": [...]}``."""
+    prov = provenance(sim, command)
+    if isinstance(doc, dict):
+        return {"provenance": prov, **{k: v for k, v in doc.items() if k != "provenance"}}
+    return {"provenance": prov, "rows": list(doc)}
 
 
 def provenance(sim: str | None, command: str | None = None) -> dict:

@@ -551,7 +551,10 @@ def cmd(args) -> int:
         if drawn:
             plot(m.chart, None if plan.sweep_shape is None else m.sweep, meta, args.out)
         if args.json:
-            args.json.write_text(json.dumps(result, indent=2, default=str))
+            from firstlight.bringup.report import with_provenance
+
+            args.json.write_text(json.dumps(with_provenance(result, getattr(args, "sim", None),
+                                                            getattr(args, "command_line", None)), indent=2, default=str))
     if drawn:
         console.print(points_table(m.chart + m.sweep, f"Roofline points ({cfg.rows}x{cfg.cols}, peak {peak} "
                                    f"MACs/cycle, revision {args.rev}, {args.sim}; chart at "

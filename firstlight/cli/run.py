@@ -282,6 +282,8 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
         out["trace"] = str(args.trace)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2))
+        from firstlight.bringup.report import with_provenance
+
+        args.json.write_text(json.dumps(with_provenance(out, args.sim, args.command_line), indent=2))
         console.print(plain(f"wrote {args.json}"))
     return EXIT_OK if v["passed"] else EXIT_FAIL

@@ -295,7 +295,9 @@ def _run_good(cfg, build, seed, watchdog) -> str | None:
 def write_report(result: CampaignResult, out_dir: Path, command: str) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     js = out_dir / "campaign.json"
-    js.write_text(json.dumps({**result.to_dict(), "command": command}, indent=2))
+    from firstlight.bringup.report import with_provenance
+
+    js.write_text(json.dumps(with_provenance({**result.to_dict(), "command": command}, result.sim, command), indent=2))
     md = out_dir / "campaign.md"
     md.write_text(markdown(result, command))
     return [js, md]
