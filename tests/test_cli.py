@@ -879,3 +879,22 @@ def test_piped_output_has_no_trailing_blanks(capsys):
     assert cli.main(["errata", "list", "--rev", "A0"]) == cli.EXIT_OK
     out = capsys.readouterr().out
     assert "FL-ME-001" in out and not [line for line in out.splitlines() if line != line.rstrip()], out[:400]
+
+
+def test_an_interrupted_run_says_interrupted_not_did_not_pass(capsys):
+    import signal as _signal
+
+    from firstlight.cli.common import JobFolder
+    from firstlight.errors import Interrupted
+
+    with pytest.raises(Interrupted):
+        with JobFolder(False, "t") as folder:
+            raise Interrupted(_signal.SIGTERM)
+    err = capsys.readouterr().err
+    assert "interrupted by SIGTERM" in err and "did not pass" not in err, err
+    assert folder.path.exists()
+    shutil.rmtree(folder.path)
+    with JobFolder(False, "t") as folder:
+        pass  # finished without a passing verdict
+    assert "the run did not pass" in capsys.readouterr().err
+    shutil.rmtree(folder.path)

@@ -474,11 +474,17 @@ class JobFolder:
     def __exit__(self, exc_type, exc, tb) -> bool:
         import shutil
 
+        from firstlight.errors import Interrupted
+
         ok = self.passed and exc_type is None
         if ok and not self.keep:
             shutil.rmtree(self.path, ignore_errors=True)
         elif ok:
             console.print(plain(f"job folder kept (--keep): {self.path}"), soft_wrap=True)
+        elif exc_type is not None and issubclass(exc_type, (Interrupted, KeyboardInterrupt)):
+            # stopped by a signal: no verdict; what the simulator wrote until then stays, said so
+            why = exc.name if isinstance(exc, Interrupted) else "SIGINT"
+            err_console.print(plain(f"job folder kept (the run was interrupted by {why}): {self.path}"), soft_wrap=True)
         else:
             err_console.print(plain(f"job folder kept (the run did not pass): {self.path}"), soft_wrap=True)
         return False
