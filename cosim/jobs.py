@@ -102,7 +102,10 @@ def _launch(build: Build, test_module: str, work_dir: Path, extra_env: dict[str,
     # ("*.py"): numpy, rich, all of firstlight were parsed and rewritten at every launch, and
     # where bytecode is not written (PYTHONDONTWRITEBYTECODE) nothing caches it. py-spy: 1.7 s
     # of a 3.6 s GEMM run. Only the test module's own asserts are worth rewriting.
-    env = {"COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
+    # PYTHONUNBUFFERED: the simulator's Python writes its log line by line, so a simulator stopped
+    # by a signal or a crash leaves what it said (a Verilator sim.log was once empty after one)
+    env = {"PYTHONUNBUFFERED": "1",
+           "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
            "GPI_LOG_LEVEL": os.environ.get("GPI_LOG_LEVEL", "WARNING"),
            "COCOTB_REWRITE_ASSERTION_FILES": os.environ.get("COCOTB_REWRITE_ASSERTION_FILES",
                                                             test_module.rpartition(".")[2] + ".py"),

@@ -11,6 +11,8 @@ async def first_passes(dut):
 @cocotb.test()
 async def second_kills_the_simulator(dut):
     await Timer(10, "ns")
+    print("last words before the crash")  # no flush: the log must keep it anyway
+    dut._log.warning("a last log line before the crash")
     os._exit(3)
 
 @cocotb.test()

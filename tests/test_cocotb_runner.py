@@ -16,3 +16,7 @@ def test_results_survive_a_simulator_crash(tmp_path):
     assert res["second_kills_the_simulator"]["passed"] is False
     assert "the simulator died during this test" in res["second_kills_the_simulator"]["message"]
     assert "third_never_runs" not in res
+    # what the simulator printed before it died is in its log (a Verilator log was once empty:
+    # the embedded Python's buffers died with the process)
+    log = open(res["__log__"]["message"]).read()
+    assert "last words before the crash" in log and "a last log line before the crash" in log, log[-2000:]
