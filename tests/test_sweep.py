@@ -338,3 +338,18 @@ def test_the_errata_matrix_runs_on_a_cluster_and_lands_in_the_database(tmp_path)
     assert len(rows) == 6 and all(r["status"] == "pass" for r in rows)
     assert {r["workload"] for r in rows} == {"errata:FL-RU-002:on", "errata:FL-RU-002:off",
                                              "errata-scale:FL-RU-002:on", "errata-scale:FL-RU-002:off"}
+
+
+def test_a_local_cluster_leaves_no_scratch_space(tmp_path, monkeypatch):
+    """A local cluster's workers once left dask-scratch-space in the temp directory."""
+    import tempfile
+
+    from firstlight.sweep.engine import local_cluster
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cluster = local_cluster(1)
+    try:
+        assert len(cluster.workers) == 1
+    finally:
+        cluster.close()
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())

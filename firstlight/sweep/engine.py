@@ -148,9 +148,30 @@ def local_cluster(n_workers: int | None = None):
     n = n_workers or os.cpu_count() or 1
     path = os.environ.get("PYTHONPATH", "")
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), *([path] if path else [])])}
+    # the workers' scratch space in a folder of our own, removed with the cluster (at exit at the
+    # latest, interrupted or not), not a dask-scratch-space left in the temp directory
+    import shutil
+    import tempfile
+    import weakref
+
+    import dask
+
+    scratch = tempfile.mkdtemp(prefix="firstlight-dask-")
     # ":0": a free port (the scheduler's HTTP server runs even without bokeh; 8787 may be taken)
-    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                        silence_logs=40, env=env)
+    with dask.config.set({"temporary-directory": scratch}):  # the scheduler's and the nannies' too
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               silence_logs=40, env=env, local_directory=scratch)
+    weakref.finalize(cluster, shutil.rmtree, scratch, True)
+    close = cluster.close
+
+    def close_and_clean(*a, **k):
+        try:
+            return close(*a, **k)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    cluster.close = close_and_clean
+    return cluster
 
 
 def _has_bokeh() -> bool:
