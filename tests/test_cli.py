@@ -898,3 +898,28 @@ def test_an_interrupted_run_says_interrupted_not_did_not_pass(capsys):
         pass  # finished without a passing verdict
     assert "the run did not pass" in capsys.readouterr().err
     shutil.rmtree(folder.path)
+
+
+def test_regress_writes_junit_for_the_stored_runs(tmp_path, monkeypatch):
+    """A second regress finds every run stored, runs nothing, and its --junit has a testcase per run."""
+    from junitparser import Error, Failure, JUnitXml
+
+    from firstlight.sweep import db as sweep_db
+    from firstlight.sweep import engine
+
+    monkeypatch.setattr(engine, "plan_sweep", lambda spec, con, force=False: type("P", (), {"todo": [], "stored": 3})())
+    monkeypatch.setattr(cli.regress, "require_sim", lambda name: None, raising=False)
+    path = tmp_path / "r.db"
+    con = sweep_db.open_db(path)
+    for wl, st, err in (("gemm-seed1", "pass", None), ("softmax-seed1", "fail", None), ("bringup-seed1", "error", "died")):
+        con.execute("INSERT INTO runs (key, sweep, design, workload, sim, status, error) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (wl, "regress-A0", "A0", wl, "verilator", st, err))
+    con.commit()
+    con.close()
+    out = tmp_path / "regress.xml"
+    code = cli.main(["regress", "--rev", "A0", "--sim", "verilator", "--db", str(path), "--junit", str(out)])
+    assert code == cli.EXIT_HARNESS_ERROR
+    cases = {c.name: c for suite in JUnitXml.fromfile(str(out)) for c in suite}
+    assert not cases["gemm-seed1"].result
+    assert isinstance(cases["softmax-seed1"].result[0], Failure)
+    assert isinstance(cases["bringup-seed1"].result[0], Error) and "died" in cases["bringup-seed1"].result[0].message

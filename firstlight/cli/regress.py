@@ -8,8 +8,8 @@ from pathlib import Path
 
 from firstlight.errors import EXIT_FAIL, EXIT_HARNESS_ERROR, EXIT_OK, CannotStart, exit_codes_help
 
-from .common import FittedTable, check_output_file, console, err_console, plain, positive, require_sim, revision, seed, \
-    uses_build_cache
+from .common import FittedTable, add_junit_option, check_output_file, console, err_console, plain, positive, require_sim, \
+    revision, seed, uses_build_cache
 
 __all__ = ["add_parser", "cmd"]
 
@@ -37,6 +37,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--db", type=Path, default=Path("firstlight-out") / "regress.db", metavar="PATH",
                    help="the sweep database (default: firstlight-out/regress.db)")
     p.add_argument("--force", action="store_true", help="run stored points again")
+    add_junit_option(p, "run (workload on a revision and simulator; failed: its check failed; error: a build or a "
+                        "simulator)")
     uses_build_cache(p)
 
 
@@ -88,6 +90,15 @@ def cmd(args) -> int:
                                          "'regress-%'")]
     con.close()
     _table(rows, specs)
+    if args.junit:
+        from firstlight.junit import Case, write_junit
+
+        status = {"pass": "passed", "fail": "failed", "error": "error"}
+        write_junit(args.junit, "firstlight regress",
+                    [Case(r["workload"], f"firstlight.regress.{r['design']}.{r['sim']}", status.get(r["status"], "error"),
+                          f"{r['status']}" + (f": {r['error']}" if r.get("error") else ""), r.get("error") or "")
+                     for r in rows], {"revisions": " ".join(args.revs), "sims": " ".join(sims),
+                                      "seeds": " ".join(map(str, args.seeds))})
     if any(r["status"] == "error" for r in rows):
         return EXIT_HARNESS_ERROR
     return EXIT_FAIL if any(r["status"] == "fail" for r in rows) else EXIT_OK
