@@ -210,7 +210,7 @@ def _bench_records(job, params: dict, rtype: str, variant, sim: str, keep: bool,
         else:
             what = "gemm " + "x".join(map(str, r.get("shape", []))) + ("" if r.get("double_buffer", True) else ", single buffer")
         verdict = "bit-exact" if r.get("passed") else "WRONG (see the table)"
-        err_console.print(f"{sim} {done[0]}/{total or '?'}: {what}: {st.get('cycles', 0):,} cycles, {verdict}",
+        err_console.print(plain(f"{sim} {done[0]}/{total or '?'}: {what}: {st.get('cycles', 0):,} cycles, {verdict}"),
                           highlight=False, soft_wrap=True)
 
     with JobFolder(keep, "bench") as folder:

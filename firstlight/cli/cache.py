@@ -7,7 +7,7 @@ import time
 
 from firstlight.errors import EXIT_OK, CannotStart, exit_codes_help
 
-from .common import FittedTable, console
+from .common import FittedTable, console, plain
 
 __all__ = ["add_parser", "cmd"]
 
@@ -31,8 +31,10 @@ def add_parser(subparsers) -> None:
                               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(handler=cmd, action="info")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
-    sub.add_parser("info", help="the cache's entries by kind and their sizes (the default)")
-    pr = sub.add_parser("prune", help="remove entries last used long ago, or the least recently used down to a size")
+    sub.add_parser("info", help="the cache's entries by kind and their sizes (the default)", epilog=exit_codes_help(),
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    pr = sub.add_parser("prune", help="remove entries last used long ago, or the least recently used down to a size",
+                        epilog=exit_codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     pr.add_argument("--older-than", type=float, default=None, metavar="DAYS",
                     help="remove entries last used more than DAYS days ago")
     pr.add_argument("--max-size", default=None, metavar="SIZE",
@@ -69,13 +71,13 @@ def cmd(args) -> int:
         removed, busy = prune(older_than_days=args.older_than, max_bytes=max_bytes, dry_run=args.dry_run, root=root)
         verb = "would remove" if args.dry_run else "removed"
         for e in removed:
-            console.print(f"{verb} {e.kind} {e.path.name} ({_mb(e.bytes)}, last used {_age(e.last_used)})",
+            console.print(plain(f"{verb} {e.kind} {e.path.name} ({_mb(e.bytes)}, last used {_age(e.last_used)})"),
                           highlight=False)
         for e in busy:
-            console.print(f"skipped {e.kind} {e.path.name}: in use (its lock is held)", highlight=False)
+            console.print(plain(f"skipped {e.kind} {e.path.name}: in use (its lock is held)"), highlight=False)
         left = sum(e.bytes for e in entries(root))
-        console.print(f"{verb} {len(removed)} entries, {_mb(sum(e.bytes for e in removed))}; the cache holds "
-                      f"{_mb(left)} in {root}", highlight=False)
+        console.print(plain(f"{verb} {len(removed)} entries, {_mb(sum(e.bytes for e in removed))}; the cache holds "
+                            f"{_mb(left)} in {root}"), highlight=False)
         return EXIT_OK
     found = entries(root)
     rows = []

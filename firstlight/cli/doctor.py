@@ -14,7 +14,7 @@ from importlib.metadata import version as dist_version
 
 from firstlight.errors import EXIT_FAIL, EXIT_OK, exit_codes_help
 
-from .common import FittedTable, console
+from .common import FittedTable, console, plain
 
 __all__ = ["add_parser", "cmd", "checks"]
 
@@ -97,7 +97,7 @@ def cmd(args) -> int:
                               [[p, s, f, t] for p, s, f, t in rows]))
     missing = [p for p, s, _, _ in rows if s == "missing"]
     if missing:
-        console.print(f"missing: {', '.join(missing)}", highlight=False)
+        console.print(plain(f"missing: {', '.join(missing)}"), highlight=False)
         return EXIT_FAIL
     console.print("everything a run needs is here", highlight=False)
     return EXIT_OK
