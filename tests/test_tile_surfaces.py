@@ -142,7 +142,7 @@ def test_a_kernel_in_a_new_module_is_a_bench_row_with_its_compile_time(toys, tmp
             "--json", str(out)]
     assert cli.main(argv) == cli.EXIT_OK, capsys.readouterr()
     text = capsys.readouterr().out
-    rows = [r for r in json.loads(out.read_text()) if "kernel" in r]
+    rows = [r for r in json.loads(out.read_text())["rows"] if "kernel" in r]
     assert [(r["kernel"], r["shape"]) for r in rows] == [(n, "8x16") for n in _row_kernels(toys)], rows
     assert all(r["passed"] for r in rows), f"a kernel differs from its golden; {REPRO}"
     toy = next(r for r in rows if r["kernel"] == "toypair")
