@@ -99,12 +99,26 @@ def numerics_figure(result: dict):
     fig, axes = plt.subplots(2, 3, figsize=(18, 9.5))
     (ak, ad, ao), (ae, aa, ax_src) = axes
 
+    # one colour per recipe however many there are (the default cycle has 10: 12 recipes once
+    # shared blues), and a marker for a bar of 0 dB (invisible as a bar) or a missing value
+    palette = plt.get_cmap("tab20").colors
+    recipe_colour = {rc: palette[(2 * i) % 20 + (2 * i // 20) % 2] for i, rc in enumerate(recipes)}
+
     def bars(ax, groups, series, value, labels=None):
         width = 0.8 / max(len(series), 1)
         x = np.arange(len(groups))
         for i, s in enumerate(series):
-            ax.bar(x + (i - (len(series) - 1) / 2) * width, [value(g, s) for g in groups], width,
-                   label=(labels or series)[i])
+            xs = x + (i - (len(series) - 1) / 2) * width
+            ys = [value(g, s) for g in groups]
+            colour = palette[(2 * i) % 20]
+            ax.bar(xs, ys, width, label=(labels or series)[i], color=colour)
+            zero = [(a, 0.0) for a, y in zip(xs, ys) if y == 0]
+            missing = [a for a, y in zip(xs, ys) if isinstance(y, float) and math.isnan(y)]
+            if zero:
+                ax.plot(*zip(*zero), linestyle="none", marker="_", markersize=12, markeredgewidth=2, color=colour,
+                        label="_zero")
+            if missing:
+                ax.plot(missing, [0.0] * len(missing), linestyle="none", marker="x", color=colour, label="_missing")
         ax.set_xticks(x, groups, rotation=35, ha="right", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
 
@@ -112,8 +126,10 @@ def numerics_figure(result: dict):
         return math.nan if r is None or r.get(key) is None else r[key]
 
     dist_k = "normal" if "normal" in dists else dists[0]
-    for rc in recipes:
-        ak.plot(ks, [nan(_row(rows, recipe=rc, dist=dist_k, k=k)) for k in ks], marker="o", label=rc)
+    styles = ("-", "--", "-.", ":")
+    for i, rc in enumerate(recipes):
+        ak.plot(ks, [nan(_row(rows, recipe=rc, dist=dist_k, k=k)) for k in ks], marker="os^vD<>"[i % 7],
+                linestyle=styles[(i // 7) % 4], color=recipe_colour[rc], label=rc)
     ak.set_xscale("log", base=2)
     ak.set_xticks(ks, [str(k) for k in ks])
     ak.set_xlabel("K (inner dimension)")

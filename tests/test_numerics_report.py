@@ -4,6 +4,7 @@ the largest K only), and the attention table names the stage that costs the most
 
 from __future__ import annotations
 
+import matplotlib.colors
 import matplotlib.figure
 import numpy as np
 import pytest
@@ -114,3 +115,28 @@ def test_attention_section_names_the_costliest_stage_and_is_on_the_figure(figure
     assert not nu.run_numerics(sim="verilator", revision="B1", recipes=RECIPES[:1], dists=["normal"], ks=[64], m=8,
                                n=8, seed=3, report_dir=None, erratum=False, attention_seqs=[32],
                                attention_dim=16)["all_bit_identical"]
+
+
+def test_every_recipe_has_its_own_colour_and_empty_bars_are_marked(figures, tmp_path, monkeypatch):
+    """Twelve recipes once shared a 10-colour cycle (int8-tensor and mxfp4-floor both blue), a 0.0 dB
+    bar was invisible, and a recipe with no published point had nothing where its bar would be."""
+    from golden.quant import RECIPES as ALL
+
+    many = list(ALL)[:12]
+    monkeypatch.setattr(nu, "_job", lambda variant, sim, kwargs, job=None: (
+        [{"type": "numerics", "recipe": r, "dist": d, "k": k, "m": 8, "n": 8, "bit_identical": True,
+          "sqnr_db": 0.0 if r == many[0] else 20.0 + i} for d in kwargs["dists"] for k in kwargs["ks"]
+         for i, r in enumerate(kwargs["recipes"])], None, False))
+    nu.run_numerics(sim="verilator", revision="B1", recipes=many, dists=["normal"], ks=[64, 256], m=8, n=8, seed=1,
+                    report_dir=tmp_path, erratum=False)
+    fig = figures[-1]
+    lines = [ln for ln in _panel(fig, ["vs K"]).get_lines() if not ln.get_label().startswith("_")]
+    assert len(lines) == 12
+    looks = {(tuple(np.round(matplotlib.colors.to_rgba(ln.get_color()), 3)), ln.get_marker(), ln.get_linestyle())
+             for ln in lines}
+    assert len(looks) == 12, "two recipes look the same"
+    dist_panel = _panel(fig, ["by distribution"])
+    assert any(ln.get_label() == "_zero" for ln in dist_panel.get_lines()), "a 0 dB bar must be marked"
+    missing = [r for r in many if r not in nu.REFERENCE_POINTS]
+    if missing:
+        assert any(ln.get_label() == "_missing" for ln in _panel(fig, ["Operand", "published"]).get_lines())
