@@ -209,7 +209,9 @@ def run_job(
     # A folder of our own is removed once the job has succeeded (issue 15: runs left one behind
     # each); a failed job keeps it, since its error names the simulator log inside.
     own_work = work_dir is None and not waves
-    work = (Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="firstlight-"))).resolve()
+    # named after its job (firstlight-serve_session-XXXX): a folder kept after a failure says whose it is
+    name = getattr(fn, "__name__", "job").strip("_") or "job"
+    work = (Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"firstlight-{name}-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     records_path = work / "records.jsonl"
     records_path.unlink(missing_ok=True)

@@ -222,7 +222,8 @@ def test_a_job_leaves_no_temporary_folder_unless_it_failed(tmp_path, monkeypatch
     with pytest.raises(JobFailed, match="this job fails on purpose") as failed:
         run_job(raise_job, {}, variant=_small_variant(), sim="icarus")
     kept = list(tmp.iterdir())
-    assert len(kept) == 1 and kept[0].name.startswith("firstlight-") and (kept[0] / "sim.log").is_file()
+    # named after its job (once an unnamed firstlight-XXXXXXXX)
+    assert len(kept) == 1 and kept[0].name.startswith("firstlight-raise_job-") and (kept[0] / "sim.log").is_file()
     assert str(kept[0] / "sim.log") in str(failed.value)
 
 

@@ -271,3 +271,21 @@ def test_an_interrupt_keeps_what_finished(fake_sim, monkeypatch, tmp_path):
     assert d["interrupted"] == "SIGINT" and not d["passed"]
     assert [(p["panel"], p["dram_bytes_per_cycle"]) for p in d["points"]] == [("roofline", 1.0)]
     _read_png(out)
+
+
+def test_the_chart_names_its_markers_in_the_legend(fake_sim, tmp_path, monkeypatch):
+    """Its title once named the markers by bare letters ("GEMM o, reduction s, failed in red")."""
+    import matplotlib.figure
+
+    saved, orig = [], matplotlib.figure.Figure.savefig
+
+    def keep(self, *a, **k):
+        saved.append(self)
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    assert cli.main(["roofline", "--shapes", "16x16x16", "--no-sweep", "--out", str(tmp_path / "r.png")]) == cli.EXIT_OK
+    ax = saved[0].axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"GEMM", "reduction", "failed its golden"} <= set(labels), labels
+    assert " o," not in ax.get_title() and "s," not in ax.get_title(), ax.get_title()
