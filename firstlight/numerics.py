@@ -36,10 +36,28 @@ def _job(variant, sim, kwargs, job=None):
     from cosim.jobs import JobFailed, SimulatorDied, run_job
     from firstlight.jobs.numerics import attention_numerics_job, numerics_job
 
+    import logging
+
     job = job or numerics_job
     kind = "attention_numerics" if job is attention_numerics_job else "numerics"
+    if kind == "numerics":
+        total = len(kwargs["recipes"]) * len(kwargs["dists"]) * len(kwargs["ks"])
+    else:
+        total = len(kwargs["recipes"]) * len(kwargs["seqs"])
+    log, done = logging.getLogger("firstlight"), [0]
+
+    def progress(r: dict) -> None:  # each measurement as it arrives: a report takes minutes
+        if r.get("type") != kind:
+            return
+        done[0] += 1
+        what = (f"{r['recipe']} {r['dist']} K={r['k']}" if kind == "numerics" else
+                f"attention {r['recipe']} seq {r['seq']}")
+        sq = r.get("sqnr_db")
+        log.info("numerics %s %d/%d: %s%s", sim, done[0], total, what,
+                 "" if sq is None else f": {sq:.1f} dB" + ("" if r.get("bit_identical", True) else ", NOT bit-identical"))
+
     try:
-        res = run_job(job, kwargs, variant=variant, sim=sim)
+        res = run_job(job, kwargs, variant=variant, sim=sim, on_record=progress)
         return [r for r in res.records if r.get("type") == kind], None, False
     except JobFailed as e:
         return [r for r in e.records if r.get("type") == kind], str(e), isinstance(e, SimulatorDied)

@@ -140,3 +140,26 @@ def test_every_recipe_has_its_own_colour_and_empty_bars_are_marked(figures, tmp_
     missing = [r for r in many if r not in nu.REFERENCE_POINTS]
     if missing:
         assert any(ln.get_label() == "_missing" for ln in _panel(fig, ["Operand", "published"]).get_lines())
+
+
+def test_each_measurement_is_announced_as_it_arrives(monkeypatch, caplog):
+    """`numerics` once printed nothing until its tables, minutes in."""
+    import logging
+    from types import SimpleNamespace
+
+    from cosim import jobs
+
+    def run_job(fn, kwargs, *, variant, sim, on_record=None, **kw):
+        recs = _fake_job(variant, sim, kwargs)[0]
+        for r in recs:
+            on_record(r)
+        return SimpleNamespace(records=recs)
+
+    monkeypatch.setattr(jobs, "run_job", run_job)
+    with caplog.at_level(logging.INFO, logger="firstlight"):
+        rows, err, harness = nu._job(None, "verilator", {"recipes": RECIPES, "dists": ["normal"], "ks": [64, 256],
+                                                         "m": 8, "n": 8, "seed": 1})
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(rows) == 6 and err is None
+    assert "numerics verilator 1/6: int8-tensor normal K=64: 10.0 dB" in msgs[0], msgs
+    assert msgs[-1].startswith("numerics verilator 6/6: "), msgs
