@@ -408,3 +408,16 @@ def test_a_wide_words_fault_names_which_32_bits_its_values_are():
                    "expected 0x00000000"), msg
     narrow = _Window(None, "CMDQ", 3, 1024, 1, 16)
     assert narrow.where(3, 0x8, 0x0, "March C- M2").endswith("bit 3: read 0x0008, expected 0x0000")
+
+
+def test_a_row_names_its_mitigations_once():
+    """The key figure and the details both listed every mitigation, so a narrow table printed the
+    list twice per row."""
+    from firstlight.bringup.report import _key_figure
+
+    st = {"figures": {"mitigations": ["FL-ME-001", "FL-ME-002"]}, "details": "4 GEMMs bit-exact, mitigations "
+          "FL-ME-001, FL-ME-002"}
+    assert _key_figure(st) == "mitigations: 2 (named in the details)"
+    st["details"] = "4 GEMMs bit-exact"
+    assert _key_figure(st) == "mitigations: FL-ME-001, FL-ME-002"
+    assert _key_figure({"figures": {"mitigations": []}, "details": ""}) == "mitigations: none"

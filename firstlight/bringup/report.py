@@ -32,6 +32,9 @@ def _key_figure(stage: dict) -> str:
             if k == "utilization":
                 return f"{100 * v:.1f}% of roofline"
             if isinstance(v, list):
+                details = stage.get("details") or ""
+                if v and all(str(x) in details for x in v):  # the details name them: said once per row
+                    return f"{k}: {len(v)} (named in the details)"
                 return f"{k}: {', '.join(map(str, v)) or 'none'}"
             return f"{k}: {v}"
     return ""
