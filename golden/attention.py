@@ -51,7 +51,7 @@ import numpy as np
 from .mx import BLOCK as MX_BLOCK
 from .mx import mx_matmul_bits
 from .attention_recipes import ATTENTION_RECIPES, AttentionRecipe, attention_recipe
-from .quant import decode_elements, int8_symmetric, mx_dequantize, mx_quantize, pad_to_block
+from .quant import FORMATS, decode_elements, int8_symmetric, mx_dequantize, mx_quantize, pad_to_block
 from .vector import bits, floats, fold_words, to_fp8, to_int8, vector_op
 
 __all__ = ["AttentionPlan", "AttentionRecipe", "ATTENTION_RECIPES", "AttentionOperands", "EXACT_STAGES",
@@ -59,7 +59,6 @@ __all__ = ["AttentionPlan", "AttentionRecipe", "ATTENTION_RECIPES", "AttentionOp
            "quantize_qkv", "attention_rows", "attention_reference", "tile_mask", "needed_tiles", "attention_scales"]
 
 NEG_INF = 0xFF800000
-FP8_MIN_NORMAL = {"e4m3": 2.0 ** -6, "e5m2": 2.0 ** -14}  # the smallest normal of each format (OCP)
 E8M0_BIAS = 127
 EXACT_STAGES = ("qk", "p", "v")  # what attention_golden(exact=...) can take out of the quantization
 
@@ -256,7 +255,7 @@ def attention_golden(ops: AttentionOperands, plan: AttentionPlan, exact=(), flus
             if not exact & {"p", "v"}:  # the chip's product
                 if r.fp8:
                     if flush_p:
-                        normal = np.float32(FP8_MIN_NORMAL[r.fmt] * 2.0 ** -r.p_exp)
+                        normal = np.float32(2.0 ** (FORMATS[r.fmt].emin - r.p_exp))  # the smallest normal
                         p = np.where(floats(p) >= normal, p, np.uint32(0))
                     codes = to_fp8(p, np.uint32(c_p), r.fmt)
                     b_codes = codes.transpose(1, 0, 2).reshape(plan.tk, plan.bq)  # P^T (keys, queries)

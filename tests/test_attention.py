@@ -221,3 +221,27 @@ def test_cli_recipe_errors(capsys):
     assert cli.main(["run", "attention", "--help"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ATTENTION_RECIPES)
+
+
+def test_fl_nu_001_refuses_a_conversion_it_cannot_flush(tmp_path, monkeypatch):
+    """The flush needs x >= 0 (P = exp(...)); converting any other tile to FP8 on such a revision
+    is refused with the kernel's line, not converted with subnormals left in."""
+    from conftest import source_module
+    from kernels import tile
+    from kernels.tile.ir import TileError
+    from rtl.config import ChipConfig
+    from workarounds.constraints import LowpConstraints
+
+    m = source_module(tmp_path, monkeypatch, "cvt_toys", """
+        from kernels import tile
+
+        def signed(x, out):
+            t = tile.load(x[0:1])
+            tile.to_b(t - 1.0, 256.0, by="b", fmt="e4m3")
+            tile.store(out[0:1], t)
+    """)
+    specs = [tile.TensorSpec("x", 1, 16), tile.TensorSpec("out", 1, 16, role="out")]
+    daz = {"lowp": LowpConstraints(fp8_subnormals_flushed=True)}
+    with pytest.raises(TileError, match=r"cvt_toys.py:\d+: on this revision FP8 subnormals read as zero"):
+        tile.build("signed", m.signed, ChipConfig(), specs, {}, dram_bytes=1 << 20, bus_bytes=4, constraints=daz)
+    tile.build("signed", m.signed, ChipConfig(), specs, {}, dram_bytes=1 << 20, bus_bytes=4)  # no erratum: fine

@@ -37,7 +37,8 @@ operations, so it lives beside ``to_b`` in kernels/tile/lang.py, ``_flush_fp8_su
   converted to FP8 on the chip first has every value whose code would be subnormal (``|x| *
   scale`` below the format's smallest normal) set to +0, with no compare: ``x * min(relu(x -
   T^-) * 2^k, 1)`` (T^- the float just below the threshold, 2^k so that the smallest step above
-  it reaches 1), or on ``x^2`` for a tile not known to be non-negative. The MATMUL then reads no
+  it reaches 1); the rule needs a tile known to be non-negative (made by exp or relu) and refuses
+  any other, naming the line. The MATMUL then reads no
   subnormal code, and the golden applies the same flush (golden/attention.py's ``flush_p``).
 
 The stream passes of workarounds/passes.py (FL-CP-001, FL-DM-001, FL-DM-002, FL-VU-001) still

@@ -618,21 +618,21 @@ def to_b(t: Tile, scale, *, by: str = "a", fmt: str = "int8") -> Tile:
     return Tile(out, None if code is None else _block_scales(tr, out.rows, out.wpr, code, line))
 
 
-FP8_MIN_NORMAL = {"e4m3": 2.0 ** -6, "e5m2": 2.0 ** -14}
-
-
 def _flush_fp8_subnormals(t: Tile, scale: float, fmt: str, line: str) -> Tile:
     """FL-NU-001's lowering rule of ``to_b`` (kernels/tile/errata.py): ``t`` with every value whose
     FP8 code (of ``t * scale``) would be subnormal set to +0, the rest unchanged bit for bit, in
-    vector-unit operations (no compare: ``x * min(relu(x - T^-) * 2^k, 1)``, on ``x^2`` for a tile
-    not known to be non-negative)."""
+    vector-unit operations (no compare: ``x * min(relu(x - T^-) * 2^k, 1)``). The rule needs
+    ``x >= 0``: a tile made by ``exp`` or ``relu`` (P of attention); any other is refused."""
+    from golden.quant import FORMATS
+
     tr = current()
-    thr = FP8_MIN_NORMAL[fmt] / scale  # |x| >= thr keeps a normal code (scale is a power of two)
+    thr = 2.0 ** FORMATS[fmt].emin / scale  # x >= thr keeps a normal code (scale is a power of two)
     src = next((op for op in reversed(tr.ops) if any(w.own is t.buf.own for w in op.writes)), None)
-    nonneg = src is not None and src.args.get("op") in ("exp", "relu")
-    x = t if nonneg else t * t
-    if not nonneg:
-        thr = thr * thr
+    if src is None or src.args.get("op") not in ("exp", "relu"):
+        raise TileError(f"{line}: on this revision FP8 subnormals read as zero (FL-NU-001); its mitigation flushes "
+                        f"them before the conversion, and needs a tile known to be non-negative (made by tile.exp "
+                        f"or tile.relu), which {t.buf.storage.name} is not")
+    x = t
     if not 2.0 ** -100 <= thr <= 2.0 ** 100:
         raise TileError(f"{line}: FL-NU-001's flush of FP8 subnormals needs a threshold in the normal fp32 range; "
                         f"to_b's scale {scale} puts it at {thr}")
