@@ -24,7 +24,7 @@ REPRO = f"reproduce: FIRSTLIGHT_SEED={SEED} .venv/bin/python -m pytest tests/tes
 TOYS = '''
     from kernels import tile
     from kernels.tile.runtime import TensorSpec
-    from kernels.tile.spec import KernelSpec, Param
+    from kernels.tile.spec import AtenOp, KernelRefused, KernelSpec, Param
     import numpy as np
     from golden.vector import bits, floats, vector_op
 
@@ -41,6 +41,19 @@ TOYS = '''
             t = tile.load(x[r:r + rows])
             tile.store(s[r:r + rows], t + b)
             tile.store(d[r:r + rows], t - b)
+
+
+    def neg(x, out, *, rows):
+        m = tile.scalar(-1.0)
+        for r in tile.pipeline(range(0, x.rows, rows), stages=2):
+            tile.store(out[r:r + rows], tile.load(x[r:r + rows]) * m)
+
+
+    def _aten_neg(x):
+        """aten::neg of a tensor: its rows (a 0-d or 1-d one as one row)."""
+        if x.ndim > 2:
+            raise KernelRefused(f"toyneg takes at most 2-D tensors, not {x.ndim}-D")
+        return {"x": x.reshape(1, -1) if x.ndim < 2 else x}, {}, lambda y: np.asarray(y).reshape(x.shape)
 
 
     def _op(op, a, b):
@@ -72,6 +85,13 @@ TOYS = '''
                                          "y": _normal((1, p["cols"]), seed + 1)},
             golden=lambda ins, p, lanes: {"s": _op("fadd", ins["x"], ins["y"]), "d": _op("fsub", ins["x"], ins["y"])},
             kernel_args=lambda p, cfg: {"rows": p["tile_rows"]}),  # no bench entry: only --rows runs it
+        KernelSpec(
+            name="toyneg", summary="-x", source=neg, params=SHAPE,
+            tensors=lambda p: [TensorSpec("x", p["rows"], p["cols"]),
+                               TensorSpec("out", p["rows"], p["cols"], role="out")],
+            inputs=lambda p, seed, ext: {"x": _normal((p["rows"], p["cols"]), seed)},
+            golden=lambda ins, p, lanes: {"out": _op("fmul", ins["x"], np.float32(-1.0))},
+            kernel_args=lambda p, cfg: {"rows": p["tile_rows"]}, aten=AtenOp("aten::neg", _aten_neg)),
     ]
 '''
 
@@ -118,8 +138,8 @@ def test_the_bench_row_kernels_are_the_registrys_bench_entries_or_every_kernel_a
     # a shape outside a kernel's declared range, or too wide for this chip's SRAM, leaves that
     # kernel out, saying why; the rest run
     cases, skipped = row_kernel_cases([[4, 65]], chip, BoardConfig().resolve(chip))
-    assert [n for n, _ in cases] == [n for n in _row_kernels(toys) if n not in ("toydouble", "toypair")]
-    assert len(skipped) == 2 and all("cols must be in [1, 64], not 65" in why for why in skipped), skipped
+    assert [n for n, _ in cases] == [n for n in _row_kernels(toys) if not n.startswith("toy")]
+    assert len(skipped) == 3 and all("cols must be in [1, 64], not 65" in why for why in skipped), skipped
     cases, skipped = row_kernel_cases([[4, 100]], VECTOR_CHIP, board)
     assert any("layernorm" in why and "does not fit the accumulator SRAM (64 words)" in why for why in skipped)
     # no vector unit: nothing can run, and each kernel says so
@@ -224,3 +244,88 @@ def test_every_registered_kernel_is_a_session_method_and_refusals_name_what_is_a
             chip.call("kernel", {"x": x, "y": y, "z": y}, name="toypair")
         d2, _ = chip.toydouble(x)
         assert np.array_equal(_bits(d2), _bits(d)), "the session goes on after refusals"
+
+
+# ---- PyTorch -------------------------------------------------------------------------------------
+
+def test_every_registered_kernel_is_a_torch_operator_with_its_declared_schema(toys):
+    """No simulator: the schemas and the fakes (shapes from the declaration) of the generated operators."""
+    torch = pytest.importorskip("torch")
+    import firstlight.torch as flt
+    from firstlight.torch.generated import schema
+
+    ops = flt.kernel_ops()
+    assert set(ops) == set(toys), "one operator per registered kernel, the toys included"
+    assert schema(toys["toypair"]) == "toypair(Tensor x, Tensor y, int chip, *, int tile_rows=2) -> Tensor"
+    # an input only some parameter values need is a keyword tensor (gemm's requant bias and scales)
+    assert schema(toys["gemm"]).startswith("gemm(Tensor a, Tensor b, int chip, *, Tensor? bias=None, "
+                                           "Tensor? qparams=None, int ga=0")
+    assert "str recipe=\"int8\"" in schema(toys["flash_attention"])
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        out = torch.ops.firstlight_kernels.toypair(torch.empty(5, 12), torch.empty(1, 12), 1)
+        assert tuple(out.shape) == (5, 12) and out.dtype == torch.float32
+        c = torch.ops.firstlight_kernels.gemm(torch.empty(7, 9, dtype=torch.int8), torch.empty(9, 3, dtype=torch.int8), 1)
+        assert tuple(c.shape) == (7, 3) and c.dtype == torch.int32
+        o = torch.ops.firstlight_kernels.decode_attention(torch.empty(64, 16, dtype=torch.int8),
+                                                          torch.empty(16, 4, dtype=torch.int8),
+                                                          torch.empty(16, 64, dtype=torch.int8), 1, seq=50)
+        assert tuple(o.shape) == (16, 4) and o.dtype == torch.float32, "decode attention's O^T: dim x heads"
+
+
+@pytest.mark.sim
+def test_a_kernel_in_a_new_module_is_a_torch_operator_and_its_aten_binding_a_compile_planner(toys):
+    """The toys on the chip through torch: each generated operator against the kernel's golden and
+    opcheck; toyneg's AtenOp makes ``aten.neg`` a chip operator of the torch.compile backend,
+    checked against the declaration when the graph is planned; gemm's makes ``torch._int_mm`` one."""
+    require_sim("verilator")
+    torch = pytest.importorskip("torch")
+    import firstlight
+    import firstlight.torch as flt
+
+    rng = np.random.default_rng(SEED + 12)
+    x = rng.standard_normal((5, 12)).astype(np.float32)
+    y = rng.standard_normal((1, 12)).astype(np.float32)
+    with firstlight.open(rev="B1", config=VECTOR_CHIP) as chip, torch.no_grad():
+        h = flt.handle(chip)
+        flt.kernel_ops()
+        kops = torch.ops.firstlight_kernels
+        s = kops.toypair(torch.from_numpy(x), torch.from_numpy(y), h, tile_rows=3)
+        assert np.array_equal(_bits(s.numpy()), _bits(x + y)), f"the first output, s; {REPRO}"
+        led = flt.ledger(chip)
+        assert led[-1].op == "toypair" and led[-1].cycles > 0
+        torch.library.opcheck(kops.toydouble, (torch.from_numpy(x), h), {"tile_rows": 2})
+        with pytest.raises(TypeError, match=r"kernel toydouble: x must be a float tensor \(computed in fp32\), "
+                                            r"not torch.int32"):
+            kops.toydouble(torch.zeros(2, 3, dtype=torch.int32), h)
+
+        be = flt.backend(chip, report=None)
+        torch._dynamo.reset()
+        xs = torch.from_numpy(x)
+        got = torch.compile(lambda t: torch.neg(t) * 2.0, backend=be)(xs)
+        torch._dynamo.reset()
+        rows = {r["op"]: r for r in be.table()}
+        assert rows["aten.neg.default"]["where"] == "chip" and rows["aten.neg.default"]["cycles"] > 0, rows
+        assert np.array_equal(_bits(got.numpy()), _bits(-x * 2)), REPRO
+        # checked before anything runs: 3-D (the binding refuses) and 80 columns (past the declaration's 64)
+        be = flt.backend(chip, report=None)
+        mark = len(led)
+        torch._dynamo.reset()
+        torch.compile(lambda t, u: torch.neg(t) + torch.neg(u).sum(), backend=be)(torch.ones(2, 2, 2), torch.ones(3, 80))
+        torch._dynamo.reset()
+        where = sorted(r["where"] for r in be.table() if r["op"] == "aten.neg.default")
+        assert where == ["CPU: kernel toyneg: cols must be in [1, 64], not 80 (from the shape of x, (3, 80))",
+                         "CPU: toyneg takes at most 2-D tensors, not 3-D"], where
+        assert all(r.op != "toyneg" for r in led[mark:]), "a refused call never reached the chip"
+
+        # torch._int_mm is the int8 GEMM kernel, bit for bit
+        a = torch.from_numpy(rng.integers(-128, 128, (32, 24), dtype=np.int8))
+        b = torch.from_numpy(rng.integers(-128, 128, (24, 16), dtype=np.int8))
+        be = flt.backend(chip, report=None)
+        torch._dynamo.reset()
+        c = torch.compile(lambda p, q: torch._int_mm(p, q), backend=be)(a, b)
+        torch._dynamo.reset()
+        row = next(r for r in be.table() if r["op"] == "aten._int_mm.default")
+        assert row["where"] == "chip" and row["sqnr_db"] == float("inf"), row
+        assert torch.equal(c, a.int() @ b.int()), REPRO

@@ -12,12 +12,17 @@ How it works. Dynamo hands the backend an FX graph of torch-level calls. One pre
 be decomposed into pow / mean / rsqrt / mul below). AOTAutograd then lowers the graph to ATen
 operators, and the backend plans every node:
 
-* an operator with a chip kernel (:data:`CHIP_OPS`: ``aten.mm``, ``addmm``, ``bmm``,
-  ``_softmax``, ``native_layer_norm``, SDPA, ``relu``, ``gelu`` (tanh), ``silu``, ``add`` /
-  ``sub`` / ``mul`` of float tensors) runs as the matching ``torch.ops.firstlight`` operator,
-  unless its arguments are outside what the kernel does (a mask, dropout, a custom scale, an
-  exact-erf GELU, integer operands...): then it runs on the CPU and the table says why; a kernel
-  that refuses its arguments at run time (ValueError) also falls back, with the kernel's words;
+* an operator with a chip kernel (:func:`chip_ops`) runs on the chip, unless its arguments are
+  outside what the kernel does (a mask, dropout, a custom scale, an exact-erf GELU, integer
+  operands...): then it runs on the CPU and the table says why; a kernel that refuses its
+  arguments at run time (ValueError) also falls back, with the kernel's words. Two kinds:
+  the operators a kernel's declaration binds (``KernelSpec.aten``: ``_softmax``,
+  ``native_layer_norm``, ``silu``, ``gelu`` (tanh), ``_int_mm``; planned by
+  :func:`firstlight.torch.generated.aten_planners`, which checks the call against the
+  declaration and the chip before anything runs, and runs it as
+  ``torch.ops.firstlight_kernels.<kernel>``), and the ones written here (:data:`RECIPE_OPS`:
+  ``mm``, ``addmm``, ``bmm`` and SDPA of floats, quantized with the backend's recipe; ``relu``,
+  ``add`` / ``sub`` / ``mul`` broadcast on the host; the pre-pass's ``rms_norm``);
 * layout operators (views, transposes, splits, ``getitem``) move no arithmetic: they run on the
   CPU and are listed apart, outside the operator counts;
 * anything else runs on the CPU: "no chip kernel".
@@ -41,8 +46,9 @@ import torch
 import torch.fx
 
 from . import operators as flops
+from .generated import _only_first_output_used, aten_planners
 
-__all__ = ["backend", "ChipBackend", "CHIP_OPS", "LAYOUT_OPS", "format_table", "Row"]
+__all__ = ["backend", "ChipBackend", "RECIPE_OPS", "chip_ops", "LAYOUT_OPS", "format_table", "Row"]
 
 aten = torch.ops.aten
 
@@ -74,13 +80,6 @@ def _float_operands(*vals) -> str | None:
     return None
 
 
-def _only_first_output_used(node: torch.fx.Node) -> str | None:
-    for u in node.users:
-        if not (u.target is operator.getitem and u.args[1] == 0):
-            return "its auxiliary outputs (statistics for the backward pass) are used"
-    return None
-
-
 # Each planner: (node, handle, recipe) -> (runner(args, kwargs) -> output, None) or (None, reason).
 
 def _plan_mm(node, h, recipe):
@@ -100,20 +99,6 @@ def _plan_addmm(node, h, recipe):
 def _plan_bmm(node, h, recipe):
     why = _float_operands(*(_val(x) for x in node.args[:2]))
     return (None, why) if why else (lambda args, kw: flops.bmm(args[0], args[1], h, recipe), None)
-
-
-def _plan_softmax(node, h, recipe):
-    x = _val(node.args[0])
-    why = _float_operands(x)
-    return (None, why) if why else (lambda args, kw: flops.softmax(args[0], args[1], h), None)
-
-
-def _plan_layer_norm(node, h, recipe):
-    why = _float_operands(_val(node.args[0])) or _only_first_output_used(node)
-    if why:
-        return None, why
-    return (lambda args, kw: (flops.layer_norm(args[0], list(args[1]), args[2], args[3], float(args[4]), h),
-                              None, None)), None
 
 
 def _sdpa_args(node):
@@ -154,11 +139,9 @@ def _plan_sdpa(node, h, recipe):
     return run, None
 
 
-def _plan_unary(op, need_tanh=False):
+def _plan_unary(op):
     def plan(node, h, recipe):
         why = _float_operands(_val(node.args[0]))
-        if need_tanh and node.kwargs.get("approximate", "none") != "tanh":
-            why = "exact (erf) GELU: the chip implements the tanh form (approximate='tanh')"
         return (None, why) if why else (lambda args, kw: op(args[0], h), None)
     return plan
 
@@ -185,19 +168,30 @@ def _plan_custom(node, h, recipe):  # a firstlight operator the pre-pass put int
     return (lambda args, kw: node.target(*args, **kw)), None
 
 
-CHIP_OPS: dict = {
+RECIPE_OPS: dict = {
     aten.mm.default: _plan_mm, aten.addmm.default: _plan_addmm, aten.bmm.default: _plan_bmm,
-    aten._softmax.default: _plan_softmax, aten.native_layer_norm.default: _plan_layer_norm,
     aten._scaled_dot_product_flash_attention_for_cpu.default: _plan_sdpa,
     aten.scaled_dot_product_attention.default: _plan_sdpa,
-    aten.relu.default: _plan_unary(flops.relu), aten.gelu.default: _plan_unary(flops.gelu, need_tanh=True),
-    aten.silu.default: _plan_unary(flops.silu), aten.add.Tensor: _plan_binary(flops.add),
+    aten.relu.default: _plan_unary(flops.relu), aten.add.Tensor: _plan_binary(flops.add),
     aten.sub.Tensor: _plan_binary(flops.sub), aten.mul.Tensor: _plan_binary(flops.mul),
     aten.add.Scalar: _plan_binary(flops.add), aten.sub.Scalar: _plan_binary(flops.sub),
     aten.mul.Scalar: _plan_binary(flops.mul),
     torch.ops.firstlight.rms_norm.default: _plan_custom,
 }
-"""The ATen operators (and pre-pass operators) with a chip kernel, and their planners."""
+"""The planners written here: the GEMMs and attention of float tensors (quantized with the
+backend's recipe), the elementwise operators (broadcast on the host) and the pre-pass operators.
+The rest come from the kernels' declarations (:func:`chip_ops`)."""
+
+
+def chip_ops() -> dict:
+    """Every ATen operator (and pre-pass operator) with a chip kernel, and its planner: those of
+    :data:`RECIPE_OPS` and one per kernel whose declaration binds an ATen operator
+    (``KernelSpec.aten``: ``_softmax``, ``native_layer_norm``, ``silu``, ``gelu``, ``_int_mm``, ...)."""
+    generated = aten_planners()
+    both = sorted(str(k) for k in set(generated) & set(RECIPE_OPS))
+    if both:
+        raise ValueError(f"ATen operators planned twice, by hand and by a kernel declaration: {', '.join(both)}")
+    return {**RECIPE_OPS, **generated}
 
 
 def _rms_reference(x, normalized_shape, weight, eps, chip):
@@ -346,6 +340,7 @@ class ChipBackend:
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs):
         self.graphs += 1
+        planners = chip_ops()  # the registry as it is now: a kernel module added since import included
         plan: dict[torch.fx.Node, tuple] = {}
         for n in gm.graph.nodes:
             if n.op != "call_function":
@@ -354,7 +349,7 @@ class ChipBackend:
             if n.target in LAYOUT_OPS:
                 self._row(name, "layout").count += 1
                 continue
-            planner = CHIP_OPS.get(n.target)
+            planner = planners.get(n.target)
             if planner is None:
                 why = NO_KERNEL_REASONS.get(n.target, "no chip kernel for this operator")
                 plan[n] = (None, self._row(name, f"CPU: {why}"))

@@ -13,9 +13,11 @@ What runs where:
 * ``mm``, ``addmm``, ``linear``, ``bmm``: ``kernels.lowp.gemm_lowp`` (quantize with the recipe,
   the matrix engine, dequantize). The dequantization scales and the bias are applied on the host
   in fp32, after the chip's integer (or FP) product: that is ``gemm_lowp``'s epilogue.
-* ``softmax``, ``layer_norm``, ``rms_norm``, ``relu``, ``gelu`` (tanh form), ``silu``, ``add``,
-  ``sub``, ``mul``: the vector unit, in fp32. They quantize nothing: the vector unit computes in
-  fp32 (docs/numerics.md).
+* ``softmax``, ``layer_norm``, ``rms_norm``, ``gelu`` (tanh form), ``silu``: the tile kernels
+  of those names, through the ATen binding of their declarations (KernelSpec.aten) and their
+  generated operators (``torch.ops.firstlight_kernels.*``, :mod:`firstlight.torch.generated`);
+  ``relu``, ``add``, ``sub``, ``mul``: the vector unit's elementwise kernel. All in fp32: they
+  quantize nothing (docs/numerics.md).
 * ``scaled_dot_product_attention``: ``kernels.attention`` per (batch, head), with the attention
   recipe that matches the GEMM recipe (:func:`attention_recipe_for`).
 
@@ -25,7 +27,6 @@ Inputs of another float dtype are computed in fp32 and returned in their own dty
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -197,25 +198,24 @@ def _(a, b, chip, recipe):
 
 # ---- the vector unit ---------------------------------------------------------------------------
 
-def _rows(x: torch.Tensor, dim: int = -1) -> tuple[np.ndarray, tuple, int]:
-    """x with ``dim`` moved last and flattened to (R, C); (rows, moved shape, dim)."""
-    dim = dim % x.dim() if x.dim() else 0
-    xm = torch.movedim(x, dim, -1) if x.dim() else x.reshape(1)
-    return _f32(xm).reshape(-1, xm.shape[-1]), tuple(xm.shape), dim
+def _through(op: str, kernel: str, like: torch.Tensor, chip: int, *aten_args, **aten_kwargs):
+    """The ATen call ``aten_args`` on the tile kernel ``kernel`` through the binding its
+    declaration gives (KernelSpec.aten: the rows along a dimension, a norm's trailing shape): the
+    same path as the torch.compile backend's, in ``like``'s dtype; the ledger names the
+    operator ``op`` that the caller called."""
+    from kernels.tile.spec import get
 
+    from .generated import bound_call
 
-def _unrows(y: np.ndarray, shape: tuple, dim: int, like: torch.Tensor) -> torch.Tensor:
-    t = torch.from_numpy(np.ascontiguousarray(y.reshape(shape)))
-    return (torch.movedim(t, -1, dim) if like.dim() else t.reshape(())).contiguous().to(like.dtype)
+    out = bound_call(get(kernel), chip, aten_args, aten_kwargs, like)
+    session_of(chip).torch_ledger[-1].op = op
+    return out
 
 
 @torch.library.custom_op("firstlight::softmax", mutates_args=())
 def softmax(x: torch.Tensor, dim: int, chip: int) -> torch.Tensor:
-    """Softmax along ``dim`` on the vector unit (fp32)."""
-    rows, shape, d = _rows(x, dim)
-    y, st = session_of(chip).softmax(rows)
-    _record(chip, "softmax", "fp32", [st])
-    return _unrows(y, shape, d, x)
+    """Softmax along ``dim`` on the vector unit (fp32): the kernel ``softmax``."""
+    return _through("softmax", "softmax", x, chip, x, dim, False)
 
 
 @softmax.register_fake
@@ -223,24 +223,11 @@ def _(x, dim, chip):
     return torch.empty_like(x)
 
 
-def _norm_rows(x: torch.Tensor, normalized_shape: list[int]) -> np.ndarray:
-    n = math.prod(normalized_shape)
-    if tuple(x.shape[x.dim() - len(normalized_shape):]) != tuple(normalized_shape):
-        raise ValueError(f"normalized_shape {list(normalized_shape)} is not the trailing shape of x {list(x.shape)}")
-    return _f32(x).reshape(-1, n)
-
-
 @torch.library.custom_op("firstlight::layer_norm", mutates_args=())
 def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None, bias: torch.Tensor | None,
                eps: float, chip: int) -> torch.Tensor:
-    """LayerNorm over the trailing ``normalized_shape`` on the vector unit (fp32)."""
-    rows = _norm_rows(x, normalized_shape)
-    n = rows.shape[1]
-    g = _f32(weight).reshape(n) if weight is not None else np.ones(n, np.float32)
-    b = _f32(bias).reshape(n) if bias is not None else np.zeros(n, np.float32)
-    y, st = session_of(chip).layer_norm(rows, g, b, eps)
-    _record(chip, "layer_norm", "fp32", [st])
-    return _back(y.reshape(x.shape), x)
+    """LayerNorm over the trailing ``normalized_shape`` on the vector unit (fp32): the kernel ``layernorm``."""
+    return _through("layer_norm", "layernorm", x, chip, x, list(normalized_shape), weight, bias, float(eps))[0]
 
 
 @layer_norm.register_fake
@@ -251,15 +238,10 @@ def _(x, normalized_shape, weight, bias, eps, chip):
 @torch.library.custom_op("firstlight::rms_norm", mutates_args=())
 def rms_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None, eps: float | None,
              chip: int) -> torch.Tensor:
-    """RMSNorm over the trailing ``normalized_shape`` on the vector unit (fp32); ``eps`` None
-    is PyTorch's default, the dtype's machine epsilon."""
-    rows = _norm_rows(x, normalized_shape)
-    n = rows.shape[1]
-    g = _f32(weight).reshape(n) if weight is not None else np.ones(n, np.float32)
+    """RMSNorm over the trailing ``normalized_shape`` on the vector unit (fp32), the kernel
+    ``rmsnorm``; ``eps`` None is PyTorch's default, the dtype's machine epsilon."""
     e = float(torch.finfo(x.dtype).eps) if eps is None else float(eps)
-    y, st = session_of(chip).rms_norm(rows, g, e)
-    _record(chip, "rms_norm", "fp32", [st])
-    return _back(y.reshape(x.shape), x)
+    return _through("rms_norm", "rmsnorm", x, chip, x, list(normalized_shape), weight, e)
 
 
 @rms_norm.register_fake
@@ -267,18 +249,13 @@ def _(x, normalized_shape, weight, eps, chip):
     return torch.empty_like(x)
 
 
-def _unary(name: str, x: torch.Tensor, chip: int) -> torch.Tensor:
-    s = session_of(chip)
-    flat = _f32(x).reshape(1, -1) if x.dim() < 2 else _f32(x).reshape(-1, x.shape[-1])
-    y, st = s.relu(flat) if name == "relu" else s.activation(flat, name)
-    _record(chip, name, "fp32", [st])
-    return _back(y.reshape(x.shape), x)
-
-
 @torch.library.custom_op("firstlight::relu", mutates_args=())
 def relu(x: torch.Tensor, chip: int) -> torch.Tensor:
     """max(x, 0) on the vector unit (RELU: -0 -> +0, NaN stays NaN)."""
-    return _unary("relu", x, chip)
+    flat = _f32(x).reshape(1, -1) if x.dim() < 2 else _f32(x).reshape(-1, x.shape[-1])
+    y, st = session_of(chip).relu(flat)
+    _record(chip, "relu", "fp32", [st])
+    return _back(y.reshape(x.shape), x)
 
 
 @relu.register_fake
@@ -288,8 +265,8 @@ def _(x, chip):
 
 @torch.library.custom_op("firstlight::gelu", mutates_args=())
 def gelu(x: torch.Tensor, chip: int) -> torch.Tensor:
-    """GELU, tanh form (``F.gelu(x, approximate="tanh")``), on the vector unit."""
-    return _unary("gelu", x, chip)
+    """GELU, tanh form (``F.gelu(x, approximate="tanh")``), on the vector unit: the kernel ``gelu``."""
+    return _through("gelu", "gelu", x, chip, x, approximate="tanh")
 
 
 @gelu.register_fake
@@ -299,8 +276,8 @@ def _(x, chip):
 
 @torch.library.custom_op("firstlight::silu", mutates_args=())
 def silu(x: torch.Tensor, chip: int) -> torch.Tensor:
-    """SiLU on the vector unit."""
-    return _unary("silu", x, chip)
+    """SiLU on the vector unit: the kernel ``silu``."""
+    return _through("silu", "silu", x, chip, x)
 
 
 @silu.register_fake

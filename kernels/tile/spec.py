@@ -4,8 +4,10 @@ A kernel module in ``kernels/tiled/`` (or a module named in ``FIRSTLIGHT_KERNEL_
 comma-separated) declares ``SPEC = KernelSpec(...)``: its tile-language source, its typed
 parameters with ranges and defaults, its tensors, a seeded input generator, its golden (from
 ``golden/``), what it needs of the chip and the ATen operator it implements. The command line
-(``firstlight run <kernel>``), the session (``chip.run_kernel``), the bench rows and the sweep's
-workload kinds are generated from :func:`registry`.
+(``firstlight run <kernel>``), the session (``chip.run_kernel``), the bench rows, the sweep's
+workload kinds, the PyTorch operators (``torch.ops.firstlight_kernels.<kernel>``) and the
+``torch.compile`` planners of the ATen operators the kernels bind (:class:`AtenOp`) are generated
+from :func:`registry`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -21,7 +23,7 @@ import numpy as np
 from .ir import TileError
 from .runtime import TensorSpec, build, check_dram, run, units_busy_cycles
 
-__all__ = ["Param", "Target", "KernelSpec", "registry", "get", "run_spec", "call", "KernelRefused"]
+__all__ = ["Param", "Target", "AtenOp", "KernelSpec", "registry", "get", "run_spec", "call", "KernelRefused"]
 
 
 class KernelRefused(ValueError):
@@ -69,6 +71,32 @@ class Param:
 
 
 @dataclass(frozen=True)
+class AtenOp:
+    """The ATen operator a kernel implements, and how that operator's arguments become the kernel's.
+
+    ``op`` names the overload, ``"aten::_softmax"`` (the default overload) or ``"aten::add.Tensor"``.
+    ``bind(*args, **kwargs)`` takes the ATen call's arguments, tensors as numpy arrays (float
+    tensors in fp32, others in their own dtype), and returns ``(inputs, params, finish)``: the
+    kernel's input arrays by tensor name, its parameters, and ``finish(output)``, which turns the
+    kernel's first output into the ATen operator's result (a tuple, with None for an auxiliary
+    output the kernel does not compute); it raises :class:`KernelRefused` saying what it cannot
+    take. ``bind`` None: the operator is recorded, and the torch layer plans it by hand (a GEMM or
+    attention with a quantization recipe of floats, firstlight/torch/compile.py). Numpy only, so a
+    kernel module never imports torch; firstlight/torch turns each binding into a planner of its
+    ``torch.compile`` backend and its eager operators."""
+
+    op: str
+    bind: Callable | None = None
+
+    @property
+    def overload(self) -> tuple[str, str]:
+        """(operator name, overload) of ``op``: ("_softmax", "default")."""
+        name = self.op.removeprefix("aten::")
+        base, _, over = name.partition(".")
+        return base, over or "default"
+
+
+@dataclass(frozen=True)
 class Target:
     """What a kernel's tile sizes are chosen for: the chip's config, its board (resolved: DRAM
     bandwidth and latency) and the GEMM constraints of the errata in force (None: none)."""
@@ -101,7 +129,7 @@ class KernelSpec:
     reference: Callable[[dict, dict], dict] | None = None
     needs: tuple[str, ...] = ("vector",)
     units: tuple[str, ...] = ("CMDPROC", "DMA", "VECTOR")
-    aten: str | None = None  # the ATen operator it implements, e.g. "aten::_softmax"
+    aten: AtenOp | None = None  # the ATen operator it implements, and how its arguments bind
     bench: tuple[dict, ...] = ()  # parameter sets of its bench rows
     bringup: tuple[dict, ...] = ()  # small parameter sets for the bring-up checklist's kernels stage
     examples: tuple[str, ...] = ()  # for --help

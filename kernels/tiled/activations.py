@@ -30,9 +30,9 @@ import numpy as np  # noqa: E402
 
 from golden.activations import activation_reference, activation_rows  # noqa: E402
 from kernels.tile.runtime import TensorSpec  # noqa: E402
-from kernels.tile.spec import KernelSpec  # noqa: E402
+from kernels.tile.spec import AtenOp, KernelRefused, KernelSpec  # noqa: E402
 
-from ._rows import SHAPE, TILE_ROWS, tile_rows  # noqa: E402
+from ._rows import SHAPE, TILE_ROWS, as_rows, tile_rows  # noqa: E402
 
 
 def _tensors(p):
@@ -47,6 +47,18 @@ def _inputs(p, seed, extremes):
     return {"x": x}
 
 
+def _aten_silu(x):
+    rows, finish = as_rows(x)
+    return {"x": rows}, {}, finish
+
+
+def _aten_gelu(x, approximate="none"):
+    if approximate != "tanh":
+        raise KernelRefused("exact (erf) GELU: the chip implements the tanh form (approximate='tanh')")
+    rows, finish = as_rows(x)
+    return {"x": rows}, {}, finish
+
+
 def _spec(kind, source, summary, aten):
     return KernelSpec(
         name=kind, summary=summary, source=source, params=(*SHAPE, TILE_ROWS), tensors=_tensors, inputs=_inputs,
@@ -56,5 +68,5 @@ def _spec(kind, source, summary, aten):
         bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 8 --cols 100",))
 
 
-SPECS = [_spec("silu", silu, "SiLU of every value: x * sigmoid(x)", "aten::silu"),
-         _spec("gelu", gelu, "GELU (tanh form) of every value", "aten::gelu")]
+SPECS = [_spec("silu", silu, "SiLU of every value: x * sigmoid(x)", AtenOp("aten::silu", _aten_silu)),
+         _spec("gelu", gelu, "GELU (tanh form) of every value", AtenOp("aten::gelu", _aten_gelu))]

@@ -86,7 +86,7 @@ from golden.attention import (ATTENTION_RECIPES, AttentionPlan, attention_consta
                               attention_golden, attention_recipe, attention_reference, quantize_attention)
 from golden.quant import flush_subnormals  # noqa: E402
 from kernels.tile.runtime import TensorSpec  # noqa: E402
-from kernels.tile.spec import KernelSpec, Param  # noqa: E402
+from kernels.tile.spec import AtenOp, KernelSpec, Param  # noqa: E402
 from rtl.isa import BLOCK  # noqa: E402  (keys per E8M0 scale of an FP8 V)
 
 
@@ -246,7 +246,8 @@ SPECS = [KernelSpec(
     prepare=_prepare,
     macs=lambda p: 2 * p["seq"] * p["seq"] * p["dim"] // (2 if p["causal"] else 1),
     shape_from={"seq": ("k", 0), "dim": ("k", 1)}, units=("ENGINE", "SRAM", "CMDPROC", "DMA", "VECTOR"),
-    aten="aten::_scaled_dot_product_attention_math",
+    # SDPA of floats: firstlight/torch quantizes q, k, v with a recipe and calls this kernel per head
+    aten=AtenOp("aten::scaled_dot_product_attention"),
     bench=({"seq": 256, "dim": 64}, {"seq": 256, "dim": 64, "causal": True}),
     bringup=({"seq": 9, "dim": 8, "causal": True}, {"seq": 9, "dim": 8, "causal": True, "recipe": "fp8-e4m3"}), 
     examples=("--seq 64 --dim 16", "--seq 256 --dim 64 --causal --rev A0", "--seq 128 --dim 32 --recipe fp8-e4m3"))]

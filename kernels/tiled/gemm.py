@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 
 import golden  # noqa: E402
 from kernels.tile.runtime import TensorSpec  # noqa: E402
-from kernels.tile.spec import KernelSpec, Param  # noqa: E402
+from kernels.tile.spec import AtenOp, KernelRefused, KernelSpec, Param  # noqa: E402
 
 
 EPILOGUES = ("none", "requant", "relu", "sum")
@@ -184,6 +184,14 @@ def _requires(p, config):
     return None
 
 
+def _aten_int_mm(a, b):
+    """aten::_int_mm (``torch._int_mm``): int8 (M, K) @ int8 (K, N) -> int32, the kernel itself."""
+    for name, t in (("self", a), ("mat2", b)):
+        if t.dtype != np.int8 or t.ndim != 2:
+            raise KernelRefused(f"_int_mm's {name} must be a 2-D int8 matrix, not {t.ndim}-D {t.dtype}")
+    return {"a": a, "b": b}, {}, lambda c: c
+
+
 SPECS = [KernelSpec(
     name="gemm", summary="int8 x int8 -> int32 GEMM written in the tile language, C = A(MxK) @ B(KxN)",
     source=gemm,
@@ -201,7 +209,7 @@ SPECS = [KernelSpec(
                   "loads and MATMULs take turns (what the overlap is worth)", 1, 2)),
     tensors=_tensors, inputs=_inputs, golden=_golden, reference=_reference, requires=_requires,
     kernel_args=_args, macs=lambda p: p["m"] * p["n"] * p["k"],
-    shape_from={"m": ("a", 0), "k": ("a", 1), "n": ("b", 1)}, needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA", "REDUCE"), aten="aten::mm",
+    shape_from={"m": ("a", 0), "k": ("a", 1), "n": ("b", 1)}, needs=(), units=("ENGINE", "SRAM", "CMDPROC", "DMA", "REDUCE"), aten=AtenOp("aten::_int_mm", _aten_int_mm),
     bench=({"m": 256, "n": 256, "k": 256}, {"m": 4, "n": 512, "k": 512}),
     bringup=({"m": 37, "n": 19, "k": 100},),
     examples=("--m 64 --n 64 --k 64", "--m 37 --n 19 --k 100 --rev A0", "--m 256 --n 256 --k 256 --epilogue requant"))]

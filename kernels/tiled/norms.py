@@ -34,9 +34,9 @@ import numpy as np  # noqa: E402
 
 from golden import norms as g  # noqa: E402
 from kernels.tile.runtime import TensorSpec  # noqa: E402
-from kernels.tile.spec import KernelSpec, Param  # noqa: E402
+from kernels.tile.spec import AtenOp, KernelSpec, Param  # noqa: E402
 
-from ._rows import SHAPE, TILE_ROWS, tile_rows  # noqa: E402
+from ._rows import SHAPE, TILE_ROWS, row_param, tile_rows, trailing_rows  # noqa: E402
 
 
 def _tensors(with_beta: bool):
@@ -68,6 +68,22 @@ def _args(source, tensors):
     return lambda p, t: {"eps": p["eps"], "tile_rows": tile_rows(source, tensors, p, t.config, {"eps": p["eps"]})}
 
 
+def _aten_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """aten::native_layer_norm: the result, without the mean and rstd (statistics for the
+    backward pass, which the kernel does not write)."""
+    rows, n = trailing_rows(x, normalized_shape)
+    ins = {"x": rows, "gamma": row_param(weight, n, 1.0, "weight"), "beta": row_param(bias, n, 0.0, "bias")}
+    return ins, {"eps": float(eps)}, lambda y: (np.asarray(y).reshape(x.shape), None, None)
+
+
+def _aten_rms_norm(x, normalized_shape, weight=None, eps=None):
+    """aten::rms_norm; ``eps`` None is fp32's machine epsilon (PyTorch's default for an fp32
+    input: a caller with another dtype passes its own)."""
+    rows, n = trailing_rows(x, normalized_shape)
+    e = float(np.finfo(np.float32).eps) if eps is None else float(eps)
+    return {"x": rows, "gamma": row_param(weight, n, 1.0, "weight")}, {"eps": e}, lambda y: np.asarray(y).reshape(x.shape)
+
+
 SPECS = [
     KernelSpec(
         name="layernorm", summary="LayerNorm of every row: (x - mean) / sqrt(var + eps) * gamma + beta (two passes)",
@@ -75,12 +91,12 @@ SPECS = [
         golden=lambda i, p, lanes: {"out": g.layer_norm_rows(i["x"], i["gamma"][0], i["beta"][0], p["eps"], lanes)},
         reference=lambda i, p: {"out": g.layer_norm_reference(i["x"], i["gamma"][0], i["beta"][0], p["eps"])},
         kernel_args=_args(layer_norm, _tensors(True)), units=("REDUCE", "CMDPROC", "DMA", "VECTOR"),
-        aten="aten::native_layer_norm", bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 8 --cols 64",)),
+        aten=AtenOp("aten::native_layer_norm", _aten_layer_norm), bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 8 --cols 64",)),
     KernelSpec(
         name="rmsnorm", summary="RMSNorm of every row: x / sqrt(mean(x^2) + eps) * gamma",
         source=rms_norm, params=(*SHAPE, TILE_ROWS, _eps(1e-6)), tensors=_tensors(False), inputs=_inputs,
         golden=lambda i, p, lanes: {"out": g.rms_norm_rows(i["x"], i["gamma"][0], p["eps"], lanes)},
         reference=lambda i, p: {"out": g.rms_norm_reference(i["x"], i["gamma"][0], p["eps"])},
         kernel_args=_args(rms_norm, _tensors(False)), units=("REDUCE", "CMDPROC", "DMA", "VECTOR"),
-        aten="aten::_fused_rms_norm", bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 8 --cols 64",)),
+        aten=AtenOp("aten::rms_norm", _aten_rms_norm), bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 8 --cols 64",)),
 ]

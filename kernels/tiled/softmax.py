@@ -18,9 +18,9 @@ import numpy as np  # noqa: E402
 
 from golden.softmax import NEG_INF, softmax_reference, softmax_rows  # noqa: E402
 from kernels.tile.runtime import TensorSpec  # noqa: E402
-from kernels.tile.spec import KernelSpec  # noqa: E402
+from kernels.tile.spec import AtenOp, KernelSpec  # noqa: E402
 
-from ._rows import SHAPE, TILE_ROWS, tile_rows  # noqa: E402
+from ._rows import SHAPE, TILE_ROWS, as_rows, tile_rows  # noqa: E402
 
 
 def _tensors(p):
@@ -45,10 +45,17 @@ def _reference(ins, p):
         return {"out": softmax_reference(ins["x"])}  # NaN for a row of -Inf only: left out of the SQNR
 
 
+def _aten(x, dim, half_to_float=False):
+    """aten::_softmax(self, dim, half_to_float): the rows along ``dim`` (half_to_float only
+    changes the result's dtype, which the caller gives)."""
+    rows, finish = as_rows(x, dim)
+    return {"x": rows}, {}, finish
+
+
 SPECS = [KernelSpec(
     name="softmax", summary="row softmax in fp32 on the reduction and vector units", source=softmax,
     params=(*SHAPE, TILE_ROWS),
     tensors=_tensors, inputs=_inputs, golden=lambda ins, p, lanes: {"out": softmax_rows(ins["x"], lanes)},
     reference=_reference, kernel_args=lambda p, t: {"tile_rows": tile_rows(softmax, _tensors, p, t.config)},
-    units=("REDUCE", "CMDPROC", "DMA", "VECTOR"), aten="aten::_softmax",
+    units=("REDUCE", "CMDPROC", "DMA", "VECTOR"), aten=AtenOp("aten::_softmax", _aten),
     bench=({"rows": 64, "cols": 256},), bringup=({"rows": 4, "cols": 37},), examples=("--rows 16 --cols 100", "--rows 64 --cols 256 --extremes"))]
