@@ -319,6 +319,14 @@ def test_a_kernel_in_a_new_module_is_a_torch_operator_and_its_aten_binding_a_com
                          "CPU: toyneg takes at most 2-D tensors, not 3-D"], where
         assert all(r.op != "toyneg" for r in led[mark:]), "a refused call never reached the chip"
 
+        # the new kernels' operators: decode attention as the session method gives it, bit for bit
+        spec = toys["decode_attention"]
+        p = spec.resolve({"seq": 37, "dim": 8, "heads": 3, "block": 16, "chunk": 8})
+        ins = spec.inputs(p, SEED, False)
+        want, _ = chip.decode_attention(ins["k"], ins["qt"], ins["vt"], seq=37, block=16, chunk=8)
+        got = kops.decode_attention(*(torch.from_numpy(ins[n]) for n in ("k", "qt", "vt")), h, seq=37, block=16, chunk=8)
+        assert np.array_equal(_bits(got.numpy()), _bits(want)) and got.shape == (8, 3), REPRO
+
         # torch._int_mm is the int8 GEMM kernel, bit for bit
         a = torch.from_numpy(rng.integers(-128, 128, (32, 24), dtype=np.int8))
         b = torch.from_numpy(rng.integers(-128, 128, (24, 16), dtype=np.int8))
