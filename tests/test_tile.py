@@ -179,6 +179,9 @@ CASES = [("gemm", {"m": 12, "n": 8, "k": 9, "kc": 4}), ("gemm", {"m": 32, "n": 2
          ("gemm_fp", {"m": 32, "n": 24, "k": 128, "recipe": "mxfp4-e2m1-floor", "ga": 4, "gb": 2, "kc": 64})]
 
 
+# an int8 matmul(by="b") with more A panels than B panels: FL-ME-002's panel order (errata.panel_order)
+PANEL_CASES = [("flash_attention", {"seq": 40, "dim": 32, "nq": 2, "tk": 8})]
+
 ERRATA_ON = GemmConstraints(b_reserved_top_words=1, avoid_unit_chunk=True, repeat_first_a_word=True)
 
 
@@ -203,6 +206,82 @@ def test_compiled_streams_are_race_free_and_need_every_wait(name, params, constr
         cut[sig[k]] = _without(cut[sig[k]], sem=sem)
         assert any(p.startswith("race") for p in races(cut, wb, stale)), \
             f"the wait of command {i} on semaphore {sem} is redundant:\n{c.dump()}"
+
+
+def stale_reads(cmds: list[int], word_bytes: int) -> list[str]:
+    """FL-ME-002 checked from the stream alone: a MATMUL issued right after another (no VEC,
+    REDUCE or FENCE between them) reads its first A word at the previous one's base + K, so that
+    word must hold what the MATMUL's own first word holds: the same DRAM word, by the A loads so far
+    (each DMA_LOAD's rows and strides). A spacer (B at word 0: FL-ME-002's zero B words) adds 0
+    whatever it reads."""
+    src: dict[int, int] = {}  # A word -> the DRAM address it was loaded from
+    stride = 0
+    prev = None
+    problems = []
+    for i, d in enumerate(_dram_strides(cmds)):
+        op = d["opcode"]
+        if op == Opcode.DMA_STRIDE and d["flags"]["queue"] == 0:
+            stride = d["arg0"]
+        elif op == Opcode.DMA_LOAD and d["flags"]["region"] == Region.A:
+            rows = max(1, d["arg1"])
+            for r in range(rows):
+                for w in range(d["length"]):
+                    src[d["arg0"] + r * (stride if rows > 1 else 0) + w] = \
+                        d["dram"] + r * d["dram_stride"] + w * word_bytes
+        elif op == Opcode.MATMUL:
+            a, k, b = d["arg0"], d["length"], d["arg1"]
+            if prev is not None and b != 0:
+                stale = prev[0] + prev[1]
+                if src.get(stale) != src.get(a) or a not in src:
+                    problems.append(f"command {i}: MATMUL at A {a} right after one at {prev[0]} (K {prev[1]}) reads "
+                                    f"its first word at {stale}: DRAM {src.get(stale)} instead of {src.get(a)}")
+            prev = (a, k)
+        elif op in (Opcode.VEC, Opcode.REDUCE, Opcode.FENCE):
+            prev = None
+    return problems
+
+
+def _dram_strides(cmds: list[int]) -> list[dict]:
+    """Each command decoded, a load with the DRAM row stride of the load queue's last DMA_STRIDE."""
+    out, dram_stride = [], 0
+    for c in cmds:
+        d = decode(c)
+        if d["opcode"] == Opcode.DMA_STRIDE and d["flags"]["queue"] == 0:
+            dram_stride = d["dram_stride"]
+        if d["opcode"] == Opcode.DMA_LOAD:
+            d["dram_stride"] = dram_stride
+        out.append(d)
+    return out
+
+
+@pytest.mark.parametrize("name,params", CASES + PANEL_CASES,
+                         ids=[f"{n}-" + "x".join(str(v) for v in p.values()) for n, p in CASES + PANEL_CASES])
+def test_every_back_to_back_matmul_reads_the_right_stale_word_with_fl_me_002s_passes(name, params):
+    c = _compiled(name, params, constraints=ERRATA_ON)
+    assert stale_reads(c.commands, 4 * CHIP.lanes) == [], c.dump()
+
+
+def test_a_matmul_with_more_a_panels_than_b_panels_goes_panel_after_panel_with_a_spacer_per_b_panel():
+    """Attention's O^T = V^T P^T on A0: V^T's 8 panels packed (no copy words: K apart), each P^T
+    panel's 8 MATMULs in a row with no spacer between them, one spacer before each but the first;
+    the checker above sees the stale reads go wrong once those spacers are taken out."""
+    name, params = PANEL_CASES[0]
+    c = _compiled(name, params, constraints=ERRATA_ON)
+    ds = [decode(x) for x in c.commands]
+    mm = [(i, d) for i, d in enumerate(ds) if d["opcode"] == Opcode.MATMUL]
+    # the V^T MATMULs: K = the key tile (8), A bases K apart
+    pv = [(i, d) for i, d in mm if d["length"] == 8 and d["arg1"] != 0]
+    runs, cur = [], []
+    for (i, d), nxt in zip(pv, pv[1:] + [(None, None)]):
+        cur.append(d)
+        if nxt[0] is None or nxt[0] != i + 1 or nxt[1]["arg0"] != d["arg0"] + 8:
+            runs.append(cur)
+            cur = []
+    assert max(len(r) for r in runs) == 8, [len(r) for r in runs]  # a whole V^T tile, panel after panel
+    spacers = [i for i, d in mm if d["arg1"] == 0]
+    assert spacers and c.errata_insertions == len(spacers)
+    cut = [x for i, x in enumerate(c.commands) if i not in set(spacers)]
+    assert stale_reads(cut, 4 * CHIP.lanes), "without its spacers the stream must read stale A words"
 
 
 def _without(cmd: int, wait: bool = False, sem: int | None = None) -> int:

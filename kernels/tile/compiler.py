@@ -126,7 +126,7 @@ def compile_trace(name: str, ops: list[Op], tensors: list[TensorDecl], config, d
     from . import errata
 
     constraints = errata.families(constraints).get("gemm")
-    ops = _fuse_expsub(errata.rewrite(ops, constraints, config))
+    ops = _fuse_expsub(errata.panel_order(errata.rewrite(ops, constraints, config), constraints, config))
     order = _hoist_stores(_hoist_past_matmuls(_interleave_tails(_schedule(ops), config, bytes_per_cycle)))
     for i, op in enumerate(order):
         op.index = i
@@ -871,6 +871,10 @@ def _commands(op: Op, config) -> list[tuple]:
         ca = c.storage.addr + c.offset
         rows = config.rows
         step = op.args.get("c_step", rows)  # from one B panel's tile to the next in C
+        if op.args.get("order") == "b":  # FL-ME-002's panel order (errata.panel_order): A panel after A panel
+            stride = op.args["a_tile"].row_stride
+            return [(matmul, {"a": aa + p * stride, "b": b.storage.addr + b.offset, "c": ca + p * rows,
+                              "k": op.args["k"], "accumulate": op.args["accumulate"]}) for p in range(op.args["pa"])]
         fp = {}
         if "fmt" in op.args:  # FP: the format and the first scale word of A's panel and of each B panel
             sa, sb = op.args["sa_view"], op.args["sb_view"]

@@ -94,12 +94,76 @@ def rewrite(ops: list[Op], constraints, config) -> list[Op]:
     return out
 
 
+def panel_order(ops: list[Op], constraints, config) -> list[Op]:
+    """FL-ME-002, before scheduling: an int8 ``matmul(by="b")`` with more A panels than B panels
+    is issued B panel by B panel, each one's MATMULs on A panels 0, 1, ... in turn, and its A tile
+    is laid out with no copy words (:func:`layout`). A back-to-back MATMUL then reads its first
+    A word at the previous one's base + K, which is its own first word (panel p ends where p + 1
+    starts), so a spacer goes only before each B panel's first MATMUL: pb - 1 spacers where A
+    panel by A panel (each panel's first word copied after it, for its pb MATMULs in a row) needs
+    pa - 1. Flash attention's O^T = V^T P^T (16 V^T panels against 3 P^T panels on 4x4, 256x64)
+    is the case. One order per A tile: a tile another matmul takes panel by panel keeps that
+    order and its copy words."""
+    if constraints is None or not constraints.repeat_first_a_word:
+        return ops
+    calls: list[list[Op]] = []  # one matmul() call: its ops (one per A panel), in order
+    for op in ops:
+        if op.kind != "matmul":
+            continue
+        a = op.args
+        if calls and calls[-1][-1].args.get("a_tile") is a.get("a_tile") and calls[-1][-1].args.get("c_tile") is \
+                a.get("c_tile") and a.get("p") == calls[-1][-1].args.get("p", -2) + 1:
+            calls[-1].append(op)
+        else:
+            calls.append([op])
+    wants: dict[int, bool] = {}
+    for call in calls:
+        a = call[0].args
+        b_outer = (a.get("by") == "b" and "fmt" not in a and a["k"] >= 2 and len(call) == a.get("pa")
+                   and a["pa"] > a["pb"])
+        tile = id(a.get("a_tile"))
+        wants[tile] = wants.get(tile, True) and b_outer
+    swap = {}
+    for call in calls:
+        a = call[0].args
+        if not wants.get(id(a.get("a_tile"))) or a.get("by") != "b":
+            continue
+        A, B, C = a["a_tile"], a["b_view"], a["c_tile"]
+        rows = config.rows
+        new = []
+        for q in range(a["pb"]):
+            bq = Buffer(B.own, 1, B.wpr, B.dtype, False, B.offset + q * B.row_stride)
+            cq = Buffer(C.own, 1, a["pa"] * rows, C.dtype, False, C.offset + q * C.row_stride)
+            args = {"op": "matmul", "accumulate": a["accumulate"], "k": a["k"], "pb": 1, "pa": a["pa"], "by": "b",
+                    "order": "b", "a_view": Buffer(A.own, A.rows, A.wpr, A.dtype, False, A.offset, A.stride),
+                    "b_view": bq, "c_view": cq, "c_step": rows, "a_tile": A, "c_tile": C}
+            op = Op("matmul", Queue.EXEC, call[0].line, args, reads=[A, bq] + ([cq] if a["accumulate"] else []),
+                    writes=[cq])
+            op.loop, op.iteration = call[0].loop, call[0].iteration
+            new.append(op)
+        swap[id(call[0])] = new
+        for old in call[1:]:
+            swap[id(old)] = []
+    out = []
+    for op in ops:
+        out += swap.get(id(op), [op])
+    return out
+
+
 def layout(order: list[Op], constraints) -> None:
     if constraints is None or not constraints.repeat_first_a_word:
         return
     loaded = {id(op.writes[0]): op for op in order if op.kind == "load" and op.writes[0].storage.region == "A"}
+    # a tile whose MATMULs all go panel after panel (panel_order) needs no copy words
+    by_panels = {}
+    for op in order:
+        if op.kind == "matmul" and not op.args.get("spacer"):
+            t = id(op.args["a_tile"])
+            by_panels[t] = by_panels.get(t, True) and op.args.get("order") == "b"
     for op in loaded.values():
         buf = op.writes[0]
+        if by_panels.get(id(buf)):
+            continue
         buf.stride = buf.wpr + 1  # each panel, then the copy of its first word
         buf.storage.words = buf.span + 1
         op.args["repeat_first"] = True
@@ -109,7 +173,7 @@ def layout(order: list[Op], constraints) -> None:
             if id(a) not in loaded:
                 raise TileError(f"{op.line}: with FL-ME-002's mitigation a MATMUL takes its A tile as loaded "
                                 f"(not a view of one)")
-            op.args["a_view"].offset = a.offset + op.args["p"] * a.row_stride
+            op.args["a_view"].offset = a.offset + op.args.get("p", 0) * a.row_stride
 
 
 from kernels.gemm_plan import SPACER_K  # noqa: E402  (a spacer MATMUL's steps: not 1, FL-ME-001)
@@ -151,20 +215,23 @@ def gaps(order: list[Op], constraints, config, tensors: list) -> tuple[list[Op],
     zload = Op("load", Queue.LOAD, "(FL-ME-002: the spacers' zero B words)", writes=[zbuf],
                dram_reads=[(zeros, 0, 1, 0, SPACER_K)])
     out, n = [zload], 0
-    prev = None
+    # after a MATMUL: the address its successor's stale first read takes (its last command's A
+    # base + K) and the panel whose first word is stored there (a copy word), if any; None after
+    # a drain (a VEC, REDUCE or FENCE: no stale read)
+    stale = None
     for op in order:
         if op.kind == "matmul":
             a = op.args["a_view"]
             at = a.storage.addr + a.offset
-            here = (at, op.args["k"])
-            if prev is not None and prev != here and "fmt" in op.args:
+            k = op.args["k"]
+            ok = stale is None or at in stale
+            if not ok and "fmt" in op.args:
                 # FP: a FENCE (an FP spacer could make NaN of NaN x 0 or +0 of -0), as the hand stream does
                 fe = Op("fence", Queue.EXEC, op.line, {"op": "FL-ME-002 fence"})
                 fe.loop, fe.iteration = op.loop, op.iteration
                 out.append(fe)
                 n += 1
-                prev = None
-            if prev is not None and prev != here:
+            elif not ok:
                 c = op.args["c_view"]
                 slot = Buffer(c.own, 1, config.rows, "int32", False, c.offset)
                 sp = Op("matmul", Queue.EXEC, op.line, {"op": "FL-ME-002 spacer", "spacer": True, "a_addr": at - SPACER_K,
@@ -173,10 +240,16 @@ def gaps(order: list[Op], constraints, config, tensors: list) -> tuple[list[Op],
                 sp.loop, sp.iteration = op.loop, op.iteration
                 out.append(sp)
                 n += 1
-                prev = (at - SPACER_K, SPACER_K)
-            prev = here
+            if op.args.get("order") == "b":  # panel after panel, packed: the last one's end
+                stride = op.args["a_tile"].row_stride
+                if stride != k:
+                    raise TileError(f"{op.line}: FL-ME-002: a MATMUL run panel by panel needs its A panels packed "
+                                    f"(stride {k}), not {stride}")
+                stale = {at + (op.args["pa"] - 1) * stride + k}
+            else:  # one panel: the word after it, a copy of its first word (layout)
+                stale = {at + k, at}
         elif op.queue == Queue.EXEC:
-            prev = None
+            stale = None
         out.append(op)
     return out, n
 

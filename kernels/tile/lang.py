@@ -732,7 +732,7 @@ def matmul(a: Tile, b: Tile, acc: Tile | None = None, *, by: str = "a") -> Tile:
             step = C.row_stride
         reads = [ap, B] + ([cp] if accumulate else [])
         args = {"op": "matmul", "accumulate": accumulate, "k": k, "pb": pb, "a_view": ap, "b_view": B,
-                "c_view": cp, "c_step": step, "a_tile": A, "p": p}
+                "c_view": cp, "c_step": step, "a_tile": A, "p": p, "by": by, "pa": pa, "c_tile": C}
         if scales is not None:  # panel p's scale words, and every B panel's
             sa, sb = scales
             args.update(fmt=fmt, sa_view=Buffer(sa.own, 1, sa.wpr, sa.dtype, False, sa.offset + p * sa.row_stride),
