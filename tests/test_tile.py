@@ -180,7 +180,8 @@ CASES = [("gemm", {"m": 12, "n": 8, "k": 9, "kc": 4}), ("gemm", {"m": 32, "n": 2
 
 
 # an int8 matmul(by="b") with more A panels than B panels: FL-ME-002's panel order (errata.panel_order)
-PANEL_CASES = [("flash_attention", {"seq": 40, "dim": 32, "nq": 2, "tk": 8})]
+PANEL_CASES = [("flash_attention", {"seq": 40, "dim": 32, "nq": 2, "tk": 8}),
+               ("flash_attention", {"seq": 40, "dim": 32, "nq": 2, "tk": 16, "recipe": "fp8-e4m3"})]
 
 ERRATA_ON = GemmConstraints(b_reserved_top_words=1, avoid_unit_chunk=True, repeat_first_a_word=True)
 

@@ -112,10 +112,10 @@ ERRATA: tuple[Erratum, ...] = (
         reproducer="repro_b2b_stale_a",
         mitigation="each A panel carries a copy of its first word at base + K, so the stale read returns the "
         "right value; before each change of panel, an int8 GEMM queues a 2-step spacer MATMUL on zero B words "
-        "that ends where the next panel starts (4 cycles on 4x4), an FP GEMM a FENCE (a 12-cycle drain); an int8 "
-        "product with more A panels than B panels (attention's O^T = V^T P^T) runs B panel by B panel over A "
-        "panels packed without copies, where the stale read is the next panel's own first word, so it needs a "
-        "spacer per B panel only",
+        "that ends where the next panel starts (4 cycles on 4x4), an FP GEMM a FENCE (a 12-cycle drain); a product "
+        "with more A panels than B panels (attention's O^T = V^T P^T) runs B panel by B panel over A panels "
+        "packed without copies, where the stale read is the next panel's own first word, so it needs a spacer "
+        "(FP: a FENCE) per B panel only",
         mitigation_kind="kernel",
         cell=GemmCell(m=8, n=8, k=16),
         scale=GemmCell(m=128, n=128, k=128),

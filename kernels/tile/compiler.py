@@ -873,8 +873,14 @@ def _commands(op: Op, config) -> list[tuple]:
         step = op.args.get("c_step", rows)  # from one B panel's tile to the next in C
         if op.args.get("order") == "b":  # FL-ME-002's panel order (errata.panel_order): A panel after A panel
             stride = op.args["a_tile"].row_stride
+            fp = []
+            if "fmt" in op.args:  # FP: panel p's scale words and this B panel's
+                sa, sb = op.args["sa_view"], op.args["sb_view"]
+                fp = [{"fmt": Format[op.args["fmt"].upper()], "sa": sa.storage.addr + sa.offset + p * sa.row_stride,
+                       "sb": sb.storage.addr + sb.offset} for p in range(op.args["pa"])]
             return [(matmul, {"a": aa + p * stride, "b": b.storage.addr + b.offset, "c": ca + p * rows,
-                              "k": op.args["k"], "accumulate": op.args["accumulate"]}) for p in range(op.args["pa"])]
+                              "k": op.args["k"], "accumulate": op.args["accumulate"], **(fp[p] if fp else {})})
+                    for p in range(op.args["pa"])]
         fp = {}
         if "fmt" in op.args:  # FP: the format and the first scale word of A's panel and of each B panel
             sa, sb = op.args["sa_view"], op.args["sb_view"]
