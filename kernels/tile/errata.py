@@ -94,74 +94,11 @@ def rewrite(ops: list[Op], constraints, config) -> list[Op]:
     return out
 
 
-def panel_order(ops: list[Op], constraints, config) -> list[Op]:
-    """FL-ME-002, before scheduling: a ``matmul(by="b")`` with more A panels than B panels
-    is issued B panel by B panel, each one's MATMULs on A panels 0, 1, ... in turn, and its A tile
-    is laid out with no copy words (:func:`layout`). A back-to-back MATMUL then reads its first
-    A word at the previous one's base + K, which is its own first word (panel p ends where p + 1
-    starts), so a spacer (an FP product: a FENCE) goes only before each B panel's first MATMUL:
-    pb - 1 where A panel by A panel (each panel's first word copied after it, for its pb MATMULs
-    in a row) needs pa - 1. Flash attention's O^T = V^T P^T (16 V^T panels against 3 P^T panels on 4x4, 256x64)
-    is the case. One order per A tile: a tile another matmul takes panel by panel keeps that
-    order and its copy words."""
-    if constraints is None or not constraints.repeat_first_a_word:
-        return ops
-    calls: list[list[Op]] = []  # one matmul() call: its ops (one per A panel), in order
-    for op in ops:
-        if op.kind != "matmul":
-            continue
-        a = op.args
-        if calls and calls[-1][-1].args.get("a_tile") is a.get("a_tile") and calls[-1][-1].args.get("c_tile") is \
-                a.get("c_tile") and a.get("p") == calls[-1][-1].args.get("p", -2) + 1:
-            calls[-1].append(op)
-        else:
-            calls.append([op])
-    wants: dict[int, bool] = {}
-    for call in calls:
-        a = call[0].args
-        b_outer = (a.get("by") == "b" and a["k"] >= 2 and len(call) == a.get("pa") and a["pa"] > a["pb"])
-        tile = id(a.get("a_tile"))
-        wants[tile] = wants.get(tile, True) and b_outer
-    swap = {}
-    for call in calls:
-        a = call[0].args
-        if not wants.get(id(a.get("a_tile"))) or a.get("by") != "b":
-            continue
-        A, B, C = a["a_tile"], a["b_view"], a["c_tile"]
-        rows = config.rows
-        new = []
-        if "fmt" in a:  # FP: A's scale words, panel after panel, and each B panel's
-            sa0, sb = a["sa_view"], a["sb_view"]
-            sa_step = call[1].args["sa_view"].offset - sa0.offset
-            sa = Buffer(sa0.own, a["pa"], sa0.wpr, sa0.dtype, False, sa0.offset, sa_step)
-        for q in range(a["pb"]):
-            bq = Buffer(B.own, 1, B.wpr, B.dtype, False, B.offset + q * B.row_stride)
-            cq = Buffer(C.own, 1, a["pa"] * rows, C.dtype, False, C.offset + q * C.row_stride)
-            args = {"op": "matmul", "accumulate": a["accumulate"], "k": a["k"], "pb": 1, "pa": a["pa"], "by": "b",
-                    "order": "b", "a_view": Buffer(A.own, A.rows, A.wpr, A.dtype, False, A.offset, A.stride),
-                    "b_view": bq, "c_view": cq, "c_step": rows, "a_tile": A, "c_tile": C}
-            reads = [A, bq] + ([cq] if a["accumulate"] else [])
-            if "fmt" in a:
-                sbq = Buffer(sb.own, 1, sb.wpr, sb.dtype, False, sb.offset + q * sb.row_stride)
-                args.update(fmt=a["fmt"], sa_view=sa, sb_view=sbq)
-                reads += [sa, sbq]
-            op = Op("matmul", Queue.EXEC, call[0].line, args, reads=reads, writes=[cq])
-            op.loop, op.iteration = call[0].loop, call[0].iteration
-            new.append(op)
-        swap[id(call[0])] = new
-        for old in call[1:]:
-            swap[id(old)] = []
-    out = []
-    for op in ops:
-        out += swap.get(id(op), [op])
-    return out
-
-
 def layout(order: list[Op], constraints) -> None:
     if constraints is None or not constraints.repeat_first_a_word:
         return
     loaded = {id(op.writes[0]): op for op in order if op.kind == "load" and op.writes[0].storage.region == "A"}
-    # a tile whose MATMULs all go panel after panel (panel_order) needs no copy words
+    # a tile whose MATMULs all go panel after panel (compiler._panel_order) needs no copy words
     by_panels = {}
     for op in order:
         if op.kind == "matmul" and not op.args.get("spacer"):
