@@ -28,7 +28,7 @@ import threading
 import numpy as np
 import torch
 
-from . import operators as flops
+from . import ledger
 
 __all__ = ["NAMESPACE", "register", "kernel_op", "schema", "aten_planners", "bound_call"]
 
@@ -144,10 +144,10 @@ def _define(spec) -> None:
             x = params.pop(n, None)
             if x is not None:
                 arrays[n] = _as_numpy(x, t.dtype, n, name)
-        out, st = flops.session_of(chip).run_kernel(name, **arrays, **params)
+        out, st = ledger.session_of(chip).run_kernel(name, **arrays, **params)
         first = out if isinstance(out, np.ndarray) else out[next(iter(out))]
         recipe = params.get("recipe") or next((p.default for p in spec.params if p.name == "recipe"), None)
-        flops._record(chip, name, str(recipe or ins[0].dtype), [st])
+        ledger._record(chip, name, str(recipe or ins[0].dtype), [st])
         return torch.from_numpy(np.ascontiguousarray(first).copy())
 
     def fake(*args, **params):
@@ -280,7 +280,7 @@ def aten_planners() -> dict:
 
 def _planner(spec):
     def plan(node, h, recipe):
-        why = _check(spec, flops.session_of(h), node)
+        why = _check(spec, ledger.session_of(h), node)
         if why is None and isinstance(node.meta.get("val"), (tuple, list)):
             why = _only_first_output_used(node)
         if why:

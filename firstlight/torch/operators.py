@@ -26,64 +26,14 @@ Inputs of another float dtype are computed in fp32 and returned in their own dty
 
 from __future__ import annotations
 
-import itertools
-import threading
-import weakref
-from dataclasses import dataclass, field
-
 import numpy as np
 import torch
 
+from .generated import bound_call
+from .ledger import OpRecord, _record, handle, ledger, session_of  # noqa: F401 - re-exported
+
 __all__ = ["handle", "session_of", "ledger", "OpRecord", "attention_recipe_for", "OPS", "ChipOps", "ops",
            "check_recipe"]
-
-_SESSIONS: dict[int, weakref.ref] = {}
-_HANDLES = itertools.count(1)
-_LOCK = threading.Lock()
-
-
-def handle(chip) -> int:
-    """The integer that names ``chip`` (an open :class:`firstlight.session.Session`) in the
-    operators' arguments; the same session always gets the same handle."""
-    from firstlight.session import Session
-
-    if not isinstance(chip, Session):
-        raise TypeError(f"expected an open firstlight session (firstlight.open(...)), not {type(chip).__name__}")
-    h = getattr(chip, "torch_handle", None)
-    if h is None:
-        with _LOCK:
-            h = next(_HANDLES)
-            _SESSIONS[h] = weakref.ref(chip)
-            chip.torch_handle = h
-            chip.torch_ledger = []
-    return h
-
-
-def session_of(h: int):
-    ref = _SESSIONS.get(int(h))
-    chip = ref() if ref else None
-    if chip is None:
-        raise ValueError(f"chip handle {h} names no open firstlight session (firstlight.torch.handle(chip) gives one)")
-    return chip
-
-
-@dataclass
-class OpRecord:
-    """One operator call on the chip: the kernel calls it took, their cycles and mitigations."""
-
-    op: str
-    recipe: str
-    cycles: int = 0
-    kernel_calls: int = 0
-    mitigations: set = field(default_factory=set)
-    notes: list = field(default_factory=list)
-
-
-def ledger(chip) -> list[OpRecord]:
-    """The chip's operator calls so far (oldest first); clear it with ``ledger(chip).clear()``."""
-    handle(chip)
-    return chip.torch_ledger
-
 
 def check_recipe(chip, recipe: str) -> str:
     """``recipe`` if it names a GEMM recipe this chip can run, else ValueError saying which can."""
@@ -107,17 +57,6 @@ def attention_recipe_for(recipe: str) -> str:
 
     fmt = RECIPES[recipe].fmt if recipe in RECIPES else "int8"
     return {"int8": "int8", "e4m3": "fp8-e4m3", "e5m2": "fp8-e5m2", "e2m1": "fp8-e4m3"}[fmt]
-
-
-def _record(h: int, op: str, recipe: str, stats: list) -> None:
-    chip = session_of(h)
-    rec = OpRecord(op, recipe)
-    for st in stats:
-        rec.cycles += st.cycles
-        rec.kernel_calls += 1
-        rec.mitigations |= set(st.mitigations or [])
-        rec.notes += [n for n in (st.notes or []) if n not in rec.notes and not n.endswith("useful)")]
-    chip.torch_ledger.append(rec)
 
 
 def _f32(t: torch.Tensor) -> np.ndarray:
@@ -204,8 +143,6 @@ def _through(op: str, kernel: str, like: torch.Tensor, chip: int, *aten_args, **
     same path as the torch.compile backend's, in ``like``'s dtype; the ledger names the
     operator ``op`` that the caller called."""
     from kernels.tile.spec import get
-
-    from .generated import bound_call
 
     out = bound_call(get(kernel), chip, aten_args, aten_kwargs, like)
     session_of(chip).torch_ledger[-1].op = op
