@@ -3,8 +3,10 @@ unit's fp32 operations, each rounded, in this order; and their float64 reference
 
 * SiLU: ``t = x * -1; t = exp(t); t = t + 1; t = recip(t); y = x * t`` (x * sigmoid(x)).
 * GELU, tanh form through the sigmoid (``0.5 * (1 + tanh(z)) = sigmoid(2 z)``):
-  ``t = x * x; t = t * x; t = t * 0.044715; t = t + x; t = t * K; t = exp(t); t = t + 1;
-  t = recip(t); y = x * t`` with ``K = fp32(-2 * sqrt(2 / pi))``.
+  ``t = x * x; t = t * CK; t = t + K; t = t * x; t = exp(t); t = t + 1; t = recip(t);
+  y = x * t`` with ``K = fp32(-2 * sqrt(2 / pi))`` and ``CK = fp32(0.044715 * -2 * sqrt(2 / pi))``:
+  ``K (x + 0.044715 x^3)`` in Horner's form, ``x (x^2 CK + K)``, eight vector passes, not nine
+  (the kernel is held by the accumulator's write port, which each pass takes).
 
 Both inherit exp's and recip's documented behaviour (docs/numerics.md): silu(-Inf) and
 gelu(-Inf) are NaN (-Inf * 0), large negative inputs give -0, large positive ones give x.
@@ -22,7 +24,8 @@ __all__ = ["ACTIVATIONS", "ACTIVATION_CONSTANTS", "activation_rows", "activation
 
 ACTIVATIONS = ("silu", "gelu")
 # The scalar constants the kernel loads (fp32 bit patterns), in this order.
-ACTIVATION_CONSTANTS = {"minus_one": -1.0, "one": 1.0, "gelu_cubic": 0.044715, "gelu_k": -2 * math.sqrt(2 / math.pi)}
+ACTIVATION_CONSTANTS = {"minus_one": -1.0, "one": 1.0, "gelu_k": -2 * math.sqrt(2 / math.pi),
+                        "gelu_cubic_k": 0.044715 * -2 * math.sqrt(2 / math.pi)}
 
 
 def _c(name: str) -> np.ndarray:
@@ -35,10 +38,9 @@ def activation_words(kind: str, w: np.ndarray) -> np.ndarray:
         t = vector_op("fmul", w, _c("minus_one"))
     elif kind == "gelu":
         t = vector_op("fmul", w, w)
+        t = vector_op("fmul", t, _c("gelu_cubic_k"))
+        t = vector_op("fadd", t, _c("gelu_k"))
         t = vector_op("fmul", t, w)
-        t = vector_op("fmul", t, _c("gelu_cubic"))
-        t = vector_op("fadd", t, w)
-        t = vector_op("fmul", t, _c("gelu_k"))
     else:
         raise ValueError(f"kind must be one of {', '.join(ACTIVATIONS)}, got {kind!r}")
     t = vector_op("exp", t)
