@@ -87,7 +87,7 @@ def _measure(args):
 
 
 def cmd_special(args) -> int:
-    import multiprocessing
+    from firstlight.workers import spawn_pool
     import os
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -104,7 +104,7 @@ def cmd_special(args) -> int:
     workers = args.workers or os.cpu_count() or 1
     # a pool that ends on any signal: once a concurrent.futures pool printed a traceback on SIGTERM,
     # hung in its exit, and a second SIGINT left its workers re-parented to init, ignoring signals
-    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_quiet_worker)
+    pool = spawn_pool(workers, initializer=_quiet_worker)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err_console, transient=True) as progress:

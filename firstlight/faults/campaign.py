@@ -253,9 +253,9 @@ def run_campaign(cfg: ChipConfig, revision: str, sim: str, specs: list[str], *, 
                 on_result(r)
         else:
             to_run.append(f)
-    import multiprocessing
+    from firstlight.workers import spawn_pool
 
-    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_worker_init)
+    pool = spawn_pool(workers, initializer=_worker_init)
     try:
         jobs = [(f.spec, cfg, build, seed, watchdog) for f in to_run]
         for r in pool.imap_unordered(_run_one_args, jobs):
