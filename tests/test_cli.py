@@ -925,3 +925,46 @@ def test_regress_writes_junit_for_the_stored_runs(tmp_path, monkeypatch):
     assert not cases["gemm-seed1"].result
     assert isinstance(cases["softmax-seed1"].result[0], Failure)
     assert isinstance(cases["bringup-seed1"].result[0], Error) and "died" in cases["bringup-seed1"].result[0].message
+
+
+def test_sweep_run_writes_junit_a_case_per_pair_of_the_spec(tmp_path, monkeypatch):
+    """sweep run had no --junit (bringup, errata check, regress and the campaign had): now a
+    testcase per (design, workload) of the spec, from the newest stored result; a pair that is
+    not applicable is skipped with its reason, one with no stored result is an error."""
+    from junitparser import Error, Failure, JUnitXml, Skipped
+
+    from firstlight.sweep import db as sweep_db
+    from firstlight.sweep import engine
+    from firstlight.sweep.spec import load_spec
+
+    spec_path = tmp_path / "tiny.toml"
+    spec_path.write_text('name = "tiny"\n[grid]\narray = "2x2"\nsram_depth = 64\ncmdq_depth = 64\nformats = "int8"\n'
+                         'vector = [true, false]\n[[workload]]\nkind = "gemm"\nm = 8\nn = 8\nk = 16\n'
+                         '[[workload]]\nkind = "softmax"\nrows = 2\ncols = 8\n')
+    spec = load_spec(spec_path)
+    assert len(spec.designs) == 2 and len(spec.skipped) == 1, spec.skipped  # softmax needs the vector unit
+    monkeypatch.setattr(engine, "plan_sweep", lambda spec, con, force=False: type("P", (), {
+        "todo": [], "stored": 2, "commit": "0" * 40})())
+    monkeypatch.setattr(cli.sweep, "require_sim", lambda name: None, raising=False)
+    with_vec, without = sorted(spec.designs, key=lambda d: not d.variant.config.vector)
+    db = tmp_path / "t.db"
+    con = sweep_db.open_db(db)
+    for i, (d, w, st, err) in enumerate(((with_vec, "gemm-8x8x16", "pass", None),
+                                         (with_vec, "softmax-2x8", "fail", None),
+                                         (without, "gemm-8x8x16", "error", "the build died"))):
+        con.execute("INSERT INTO runs (key, sweep, design, workload, sim, seed, status, error, created) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?)", (f"k{i}", "tiny", d.name, w, "verilator", 1, st, err, float(i)))
+    con.commit()
+    con.close()
+    out = tmp_path / "sweep.xml"
+    cli.main(["sweep", "run", str(spec_path), "--db", str(db), "--plot", str(tmp_path / "p.png"), "--junit", str(out)])
+    cases = {tuple(c.name.split(" on ")[::-1]): c for suite in JUnitXml.fromfile(str(out)) for c in suite}
+    assert len(cases) == 4, sorted(cases)
+    wl = {w.name for w in spec.workloads}
+    assert wl == {"gemm-8x8x16", "softmax-2x8"}, wl
+    assert not cases[with_vec.name, "gemm-8x8x16"].result
+    assert isinstance(cases[with_vec.name, "softmax-2x8"].result[0], Failure)
+    err = cases[without.name, "gemm-8x8x16"].result[0]
+    assert isinstance(err, Error) and "the build died" in err.message
+    skip = cases[without.name, "softmax-2x8"].result[0]
+    assert isinstance(skip, Skipped) and "not applicable" in skip.message and "vector" in skip.message

@@ -236,9 +236,13 @@ def test_the_bundled_sweep_survives_a_dead_worker_stores_every_result_once_and_r
     assert plot.stat().st_size > 10_000 and "Pareto front: gemm-32x32x32" in out
     print(f"bundled sweep: {elapsed:.0f} s with a worker killed mid-run ({killer.killed})")
 
-    again = cli.main(["sweep", "run", str(SMALL), "--db", str(db), "--workers", "1"])
+    again = cli.main(["sweep", "run", str(SMALL), "--db", str(db), "--workers", "1", "--junit", str(tmp_path / "j.xml")])
     out = capsys.readouterr().out
     assert again == cli.EXIT_OK and "0 to run" in out and "nothing to run" in out
+    from junitparser import JUnitXml
+
+    cases = [c for suite in JUnitXml.fromfile(str(tmp_path / "j.xml")) for c in suite]
+    assert len(cases) == 48 and not any(c.result for c in cases), [c.name for c in cases if c.result][:5]
     assert sorted((r["key"], r["created"]) for r in _rows(db)) == sorted((r["key"], r["created"]) for r in rows)
     assert cli.main(["sweep", "report", str(db), "--json", str(tmp_path / "front.json")]) == cli.EXIT_OK
     front = json.loads((tmp_path / "front.json").read_text())

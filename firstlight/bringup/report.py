@@ -14,7 +14,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
+from junitparser import JUnitXml
 
 __all__ = ["with_provenance", "write_reports", "markdown", "junit", "provenance", "summary_line", "long_details", "stage_text"]
 
@@ -145,32 +145,29 @@ _PROPERTIES = ("revision", "sim", "seed", "outcome", "exit_code", "git_commit", 
 
 
 def junit(report: dict) -> JUnitXml:
-    suite = TestSuite(f"firstlight bringup {report['revision']} ({report['sim']})")
-    suite.timestamp = report["timestamp"]
-    suite.hostname = report["host"]
-    for k in _PROPERTIES:
-        if report.get(k) is not None:
-            suite.add_property(k, str(report[k]))
-    suite.add_property("injected", ", ".join(report["injected"]) or "none")
-    for tool, v in report["tools"].items():
-        suite.add_property(f"version.{tool}", v)
+    from firstlight.junit import Case, junit_xml
+
+    props = {k: report[k] for k in _PROPERTIES if report.get(k) is not None}
+    props["injected"] = ", ".join(report["injected"]) or "none"
+    props.update({f"version.{tool}": v for tool, v in report["tools"].items()})
+    cases = []
     for st in report["stages"]:
-        case = TestCase(st["name"], classname="firstlight.bringup", time=st["duration_s"])
-        summary = summary_line(st)
-        if st["status"] in ("failed", "error", "interrupted"):
-            kind, type_ = {"failed": (Failure, "chip failure"), "error": (Error, "harness error"),
-                           "interrupted": (Error, "interrupted")}[st["status"]]
-            res = kind(summary, type_)
-            res.text = long_details(st)[:20000]
-            case.result = [res]
-        elif st["status"] in ("blocked", "skipped"):
-            case.result = [Skipped(st["details"] or st["status"])]
-        case.system_out = json.dumps({k: v for k, v in (st.get("figures") or {}).items() if k != "traceback"},
-                                     default=str)
-        suite.add_testcase(case)
-    xml = JUnitXml()
-    xml.add_testsuite(suite)
-    return xml
+        status, kind, details = st["status"], "", ""
+        if status in ("failed", "error", "interrupted"):
+            kind = {"failed": "chip failure", "error": "harness error", "interrupted": "interrupted"}[status]
+            status = "error" if status == "interrupted" else status
+            details = long_details(st)
+            message = summary_line(st)
+        elif status in ("blocked", "skipped", "pending", "running"):  # the last two: a report of a stopped run
+            status, message = "skipped", st["details"] or (status if status in ("blocked", "skipped") else
+                                                         f"not run ({status})")
+        else:
+            message = ""
+        cases.append(Case(st["name"], "firstlight.bringup", status, message, details, st["duration_s"],
+                          output=json.dumps({k: v for k, v in (st.get("figures") or {}).items() if k != "traceback"},
+                                            default=str), kind=kind))
+    return junit_xml(f"firstlight bringup {report['revision']} ({report['sim']})", cases, props,
+                     timestamp=report["timestamp"], host=report["host"])
 
 
 def _cell(text: str) -> str:

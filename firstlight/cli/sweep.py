@@ -9,7 +9,8 @@ from pathlib import Path
 
 from firstlight.errors import EXIT_FAIL, EXIT_HARNESS_ERROR, EXIT_OK, CannotStart, exit_codes_help
 
-from .common import FittedTable, check_output_file, console, err_console, plain, positive, require_sim, uses_build_cache
+from .common import FittedTable, add_junit_option, check_output_file, console, err_console, plain, positive, require_sim, \
+    uses_build_cache
 
 __all__ = ["add_parser", "cmd", "DEFAULT_OUT", "progress_events"]
 
@@ -50,6 +51,8 @@ def add_parser(subparsers) -> None:
                    help="the Pareto PNG (default: the database's path with .png)")
     r.add_argument("--force", action="store_true",
                    help="run every pair again, even those with a stored result for the same inputs")
+    add_junit_option(r, "pair of the spec (design, workload; failed: differs from its golden; error: a build or a "
+                     "harness error; skipped: not applicable), from the database's newest result for the pair")
     uses_build_cache(r)
     rp = sub.add_parser("report", help="the Pareto front per workload and over all (geometric mean), as tables, "
                         "PNG and JSON", formatter_class=raw, epilog=exit_codes_help("(not used)"))
@@ -129,6 +132,8 @@ def _run(args) -> int:
                             "(--force runs them again)"))
     con.close()
     code = _report_db(db_path, None, plot)
+    if args.junit:
+        _write_junit(args.junit, spec, db_path)
     if summary is None:
         return code
     if summary.errors:
@@ -136,6 +141,34 @@ def _run(args) -> int:
             err_console.print(plain(("harness error: ", "bold magenta"), p))
         return EXIT_HARNESS_ERROR
     return EXIT_FAIL if summary.failed else EXIT_OK
+
+
+def _write_junit(path: Path, spec, db: Path) -> None:
+    """A testcase per pair of the spec: its newest stored result (this run's or an earlier one for
+    the same inputs), or skipped with the reason it is not applicable; a pair with no stored
+    result (its run was interrupted or its build failed before it) is an error."""
+    from firstlight.junit import Case, write_junit
+
+    stored = {(r["design"], r["workload"]): r for r in _rows(db)}
+    skipped = {(d, w): why for d, w, why in spec.skipped}
+    status = {"pass": "passed", "fail": "failed", "error": "error"}
+    cases = []
+    for d in spec.designs:
+        for w in spec.workloads:
+            cls, name = f"firstlight.sweep.{spec.name}", f"{w.name} on {d.name}"  # a design's name has dots
+            if (d.name, w.name) in skipped:
+                cases.append(Case(name, cls, "skipped", f"not applicable: {skipped[d.name, w.name]}"))
+                continue
+            r = stored.get((d.name, w.name))
+            if r is None:
+                cases.append(Case(name, cls, "error", "no stored result for this pair"))
+                continue
+            why = r.get("error") or r.get("mismatch") or ""
+            message = r["status"] + (f": {why.splitlines()[0][:300]}" if why else "")
+            cases.append(Case(name, cls, status.get(r["status"], "error"), message, why, r.get("run_s") or 0.0))
+    write_junit(path, f"firstlight sweep {spec.name} ({spec.sim})", cases,
+                {"spec": spec.source or spec.name, "sim": spec.sim, "db": str(db)})
+    console.print(plain(f"wrote {path}"))
 
 
 @contextmanager
