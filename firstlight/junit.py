@@ -9,6 +9,8 @@ from pathlib import Path
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
+from firstlight.provenance import provenance
+
 __all__ = ["Case", "junit_xml", "write_junit"]
 
 
@@ -31,8 +33,6 @@ def junit_xml(suite_name: str, cases: list[Case], properties: dict | None = None
               timestamp: str | None = None, host: str | None = None) -> JUnitXml:
     """The document: ``properties`` after the provenance's commit, command and platform; the
     suite's time and host are now's and this machine's unless given (a report written earlier)."""
-    from firstlight.bringup.report import provenance
-
     suite = TestSuite(suite_name)
     prov = provenance(None)
     suite.timestamp, suite.hostname = timestamp or prov["timestamp"], host or prov["host"]

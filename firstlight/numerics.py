@@ -225,8 +225,10 @@ def numerics_figure(result: dict):
 def _plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
+    from firstlight.provenance import png_metadata
+
     fig = numerics_figure(result)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, metadata=png_metadata(result.get("sim")))
     plt.close(fig)
 
 

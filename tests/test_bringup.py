@@ -421,3 +421,30 @@ def test_a_row_names_its_mitigations_once():
     st["details"] = "4 GEMMs bit-exact"
     assert _key_figure(st) == "mitigations: FL-ME-001, FL-ME-002"
     assert _key_figure({"figures": {"mitigations": []}, "details": ""}) == "mitigations: none"
+
+
+@pytest.mark.sim
+def test_waves_record_the_failed_stage_again_on_a_traced_build(tmp_path, capsys):
+    """bringup had no --waves (run has): a failed stage is now run again, with what it depends
+    on, on a build that records waveforms; the path is printed and in report.json."""
+    require_sim("icarus")
+    code, rep = _bringup(tmp_path, "--sim", "icarus", "--sram-depth", "64", "--only", "csr_bus", "--waves",
+                         "--inject", "csr:SCRATCH:stuck0:bit=7")
+    out = capsys.readouterr().out
+    assert code == cli.EXIT_FAIL
+    st = _stages(rep)["csr_bus"]
+    assert st["status"] == "failed" and st["figures"].get("waves_reproduced") is True, st
+    wave = tmp_path / "report" / "sim" / "waves" / "csr_bus"
+    files = [p for p in wave.rglob("*") if p.suffix in (".vcd", ".fst")]
+    assert files and files[0].stat().st_size > 1000, files
+    assert st["figures"]["waves"] == str(files[0]) and "waves of csr_bus:" in out, out[-2000:]
+    assert "SCRATCH" in files[0].read_bytes()[:2_000_000].decode(errors="replace") or files[0].suffix == ".fst"
+    assert _stages(rep)["reset"].get("figures", {}).get("waves") is None  # a stage that passed is not recorded
+
+
+@pytest.mark.sim
+def test_waves_with_no_failure_records_nothing(tmp_path, capsys):
+    require_sim("icarus")
+    code, rep = _bringup(tmp_path, "--sim", "icarus", "--sram-depth", "64", "--only", "identity", "--waves")
+    assert code == cli.EXIT_OK and "no stage failed, so no waveform was recorded" in capsys.readouterr().out
+    assert not (tmp_path / "report" / "sim" / "waves").exists()

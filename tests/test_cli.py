@@ -968,3 +968,7 @@ def test_sweep_run_writes_junit_a_case_per_pair_of_the_spec(tmp_path, monkeypatc
     assert isinstance(err, Error) and "the build died" in err.message
     skip = cases[without.name, "softmax-2x8"].result[0]
     assert isinstance(skip, Skipped) and "not applicable" in skip.message and "vector" in skip.message
+    from PIL import Image
+
+    text = Image.open(tmp_path / "p.png").text  # the Pareto PNG carries the provenance too
+    assert "commit " in text["Comment"] and "verilator" in text["Comment"], text

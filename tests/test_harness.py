@@ -514,11 +514,11 @@ def test_reports_carry_when_where_what_and_how(tmp_path, icarus_cache, monkeypat
 
 
 def test_git_commit_outside_a_checkout(tmp_path, monkeypatch):
-    from firstlight.bringup import report
+    from firstlight import provenance
 
-    monkeypatch.setattr(report, "REPO_ROOT", tmp_path)
-    assert report.git_commit() == ("unknown", None)
-    assert report.provenance(None, "x")["git_commit"] == "unknown"
+    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)
+    assert provenance.git_commit() == ("unknown", None)
+    assert provenance.provenance(None, "x")["git_commit"] == "unknown"
 
 
 def test_multi_line_diagnosis_stays_readable_in_report_md():

@@ -41,7 +41,12 @@ def _fake_job(variant, sim, kwargs, job=None):
 @pytest.fixture
 def figures(monkeypatch):
     saved = []
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **kw: saved.append(self))
+
+    def keep(self, *a, **kw):
+        self.saved_kwargs = kw  # what savefig was given: the PNG's provenance chunks
+        saved.append(self)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
     monkeypatch.setattr(nu, "_job", _fake_job)
     return saved
 
@@ -63,6 +68,8 @@ def test_the_figure_has_k_dependence_erratum_operands_and_provenance(figures, tm
     fig = figures[0]
     title = fig._suptitle.get_text() if fig._suptitle else ""
     assert "revision B0" in title and "icarus" in title and "seed 7" in title, title
+    meta = fig.saved_kwargs.get("metadata") or {}
+    assert "commit " in meta.get("Comment", "") and "icarus " in meta["Comment"] and meta.get("Source"), meta
     # the K dependence: a line per recipe through every K (normal distribution)
     lines = {ln.get_label(): ln for ln in _panel(fig, ["vs K"]).get_lines()}
     for rc in RECIPES:

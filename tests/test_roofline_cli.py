@@ -289,3 +289,16 @@ def test_the_chart_names_its_markers_in_the_legend(fake_sim, tmp_path, monkeypat
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert {"GEMM", "reduction", "failed its golden"} <= set(labels), labels
     assert " o," not in ax.get_title() and "s," not in ax.get_title(), ax.get_title()
+
+
+def test_the_png_carries_the_provenance(fake_sim, tmp_path):
+    """bringup's JSON had a provenance block and the PNGs none: now their text chunks say the
+    command, the commit, the host and the tools (what an image viewer's properties show)."""
+    from PIL import Image
+
+    out = tmp_path / "r.png"
+    assert cli.main(["roofline", "--shapes", "16x16x16", "--no-sweep", "--out", str(out)]) == cli.EXIT_OK
+    text = Image.open(out).text
+    assert text["Source"] == f"firstlight roofline --shapes 16x16x16 --no-sweep --out {out}", text
+    assert "commit " in text["Comment"] and "cocotb " in text["Comment"] and "verilator " in text["Comment"], text
+    assert text["Software"].startswith("firstlight ") and text["Creation Time"][:2] == "20", text

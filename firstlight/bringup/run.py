@@ -112,13 +112,17 @@ def _build_stage(variant, sim: str) -> tuple[dict, object]:
 
 def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_dir: Path | None,
                 console: Console, work_dir: Path | None = None, watchdog_cycles: int = 1_000_000,
-                command: str | None = None, keep: bool = False) -> dict:
+                command: str | None = None, keep: bool = False, waves: bool = False) -> dict:
     """Run the checklist; return the report (``exit_code`` in it). Never raises for a stage, a
     dead simulator or an interruption: those are in the report, which is always written.
 
     The simulator's folder is ``work_dir``, else ``report_dir/sim``, else a folder of its own in
     the system temp directory, removed when every selected stage passed unless ``keep`` (kept,
-    and its path printed, otherwise)."""
+    and its path printed, otherwise).
+
+    ``waves``: each stage that fails runs again afterwards, alone with the stages it depends on, on
+    a build that records waveforms (the checklist's run itself stays at full speed); the waveform's
+    path goes into the stage's figures and the reports are written again."""
     from cosim.build import stop_children
     from cosim.jobs import JobFailed, SimulatorDied, run_job
 
@@ -201,12 +205,73 @@ def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_
         if interrupted:
             console.print(Text(f"interrupted by {interrupted.name}: the simulator was stopped; the stages that "
                                "finished are reported", style="bold yellow"))
+    failed = [s for s in report["stages"] if s["status"] == "failed"]
+    if waves and failed and not interrupted:
+        try:
+            _record_waves(report, failed, variant, sim, seed, watchdog_cycles, work_dir, console)
+        except (KeyboardInterrupt, Interrupted) as e:  # the verdict stands and is reported; the waves are cut short
+            stop_children()
+            console.print(Text(f"--waves: interrupted by {Interrupted.of(e).name} while recording", style="bold yellow"))
+        if report_dir:
+            write_reports(report, report_dir)
+            console.print(Text(f"wrote the waveform paths into {report_dir / 'report.json'}"), soft_wrap=True)
+    elif waves and not failed:
+        console.print(Text("--waves: no stage failed, so no waveform was recorded"))
+    with shielded():
         if own and report["passed"] and not keep:
             shutil.rmtree(work_dir, ignore_errors=True)
         elif own:
             console.print(Text(f"the simulator's folder (sim.log, records.jsonl) is kept: {work_dir}"), soft_wrap=True)
         console.print(Text(verdict_line(report, variant.revision), style="bold green" if report["passed"] else "bold red"))
     return report
+
+
+def _record_waves(report: dict, failed: list[dict], variant, sim: str, seed: int, watchdog_cycles: int,
+                  work_dir: Path, console: Console) -> None:
+    """Each failed stage again with what it depends on, on a waves build, into work_dir/waves/<stage>;
+    the same seed and faults, so the same failure (said if it did not fail again)."""
+    from cosim.build import build_simulator
+    from cosim.jobs import run_job
+
+    from .stages import bringup_job
+
+    console.print(Text(f"--waves: recording {', '.join(s['name'] for s in failed)} again on a build that traces "
+                       "(a traced build compiles once, then it is cached)"), soft_wrap=True)
+    try:
+        build = build_simulator(variant, sim=sim, waves=True)
+    except Exception as e:  # noqa: BLE001 - the checklist's verdict stands; the waves are what is missing
+        console.print(Text(f"--waves: the traced build failed, no waveform: {type(e).__name__}: {e}", style="bold magenta"),
+                      soft_wrap=True)
+        return
+    for st in failed:
+        where = work_dir / "waves" / st["name"]
+        where.mkdir(parents=True, exist_ok=True)
+        again: dict[str, str] = {}
+
+        def on_record(rec: dict, again=again) -> None:
+            if rec.get("type") == "stage":
+                again[rec["name"]] = rec["status"]
+
+        try:
+            res = run_job(bringup_job, {"selected": sorted(closure([st["name"]])), "seed": seed,
+                                        "faults": list(variant.faults), "built_revision": variant.revision,
+                                        "watchdog_cycles": watchdog_cycles},
+                          variant=variant, sim=sim, work_dir=where, discover=False, build=build, waves=True,
+                          on_record=on_record)
+        except Exception as e:  # noqa: BLE001 - as above
+            console.print(Text(f"--waves: {st['name']} could not run again: {type(e).__name__}: {e}",
+                               style="bold magenta"), soft_wrap=True)
+            continue
+        if res.waves is None:
+            console.print(Text(f"--waves: {st['name']}: no waveform file found in {where}", style="yellow"),
+                          soft_wrap=True)
+            continue
+        st["figures"]["waves"] = str(res.waves)
+        same = again.get(st["name"]) == "failed"
+        st["figures"]["waves_reproduced"] = same
+        console.print(Text(f"waves of {st['name']}: {res.waves}" + ("" if same else
+                           f" (it did not fail again: {again.get(st['name'], 'not run')}; the waveform is of that run)")),
+                      soft_wrap=True)
 
 
 def verdict_line(report: dict, revision: str) -> str:

@@ -90,6 +90,11 @@ def add_parser(subparsers) -> None:
     add_keep_option(bu, help="without --report: keep the simulator's folder in the system temp directory (sim.log, "
                              "records.jsonl) and print its path even when every stage passes (default: removed "
                              "then; kept and printed otherwise); with --report it is DIR/sim, always kept")
+    bu.add_argument("--waves", action="store_true",
+                    help="when a stage fails, run it again (with the stages it depends on, the same seed and "
+                         "faults) on a build that records waveforms, and print the waveform's path (in the "
+                         "simulator's folder, waves/<stage>/; with --report, DIR/sim/waves/<stage>/); the "
+                         "checklist itself runs at full speed")
     add_array_option(bu)
     bu.add_argument("--watchdog", type=positive, default=1_000_000, metavar="CYCLES",
                     help="cycle budget of every wait for the chip (default 1000000); on expiry the stage "
@@ -135,5 +140,5 @@ def cmd(args) -> int:
     variant = Variant(config=cfg, revision=args.rev, faults=tuple(args.inject), board=base.board)
     report = run_bringup(variant=variant, sim=args.sim, seed=args.seed, only=args.only, report_dir=args.report,
                          console=console, watchdog_cycles=args.watchdog, command=getattr(args, "command_line", None),
-                         keep=args.keep)
+                         keep=args.keep, waves=args.waves)
     return report.get("exit_code", EXIT_OK if report["passed"] else EXIT_FAIL)

@@ -345,7 +345,9 @@ def plot(chart: list[dict], sweep: list[dict] | None, meta: dict, path: Path) ->
     fig.suptitle(meta["title"], fontsize=11)
     fig.text(0.01, 0.01, meta["footnote"], fontsize=7, ha="left", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
-    fig.savefig(path, dpi=110)
+    from firstlight.provenance import png_metadata
+
+    fig.savefig(path, dpi=110, metadata=png_metadata(meta.get("sim"), meta.get("command")))
     plt.close(fig)
 
 
@@ -537,6 +539,7 @@ def cmd(args) -> int:
         "footnote": _footnote(plan, board, cfg, args, prov, m),
         "peak_macs_per_cycle": peak, "board": board.as_dict(), "ridge_point": board.ridge_point(cfg),
         "sweep_shape": _shape_text(plan.sweep_shape) if plan.sweep_shape else None,
+        "sim": args.sim, "command": prov["command"],  # the PNG's provenance chunks
     }
     result = {
         "provenance": prov, "revision": args.rev, "sim": args.sim, "array": f"{cfg.rows}x{cfg.cols}",

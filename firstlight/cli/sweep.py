@@ -279,7 +279,9 @@ def _report_db(db: Path, json_path: Path | None, plot: Path | None) -> int:
         console.print(plain(f"wrote {json_path}"))
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
-        write_plot(res, plot, title=f"{db.name}: cycles vs area (every design: {shared})" if shared else db.name)
+        sims = sorted({r["sim"] for r in rows if r.get("sim")})
+        write_plot(res, plot, title=f"{db.name}: cycles vs area (every design: {shared})" if shared else db.name,
+                   sim=sims[0] if len(sims) == 1 else None)
         console.print(plain(f"wrote {plot}"))
     return EXIT_OK
 

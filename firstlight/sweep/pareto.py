@@ -103,7 +103,7 @@ def _point(r: dict) -> dict:
     return {k: r.get(k) for k in keys if k in r}
 
 
-def write_plot(result: dict, path: Path, title: str = "") -> None:
+def write_plot(result: dict, path: Path, title: str = "", sim: str | None = None) -> None:
     """One panel per workload (and one for the geometric mean): every design that passed as a
     grey dot, the front as a red line, its designs named."""
     import matplotlib
@@ -140,7 +140,9 @@ def write_plot(result: dict, path: Path, title: str = "") -> None:
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from firstlight.provenance import png_metadata
+
+    fig.savefig(path, dpi=110, metadata=png_metadata(sim))
     plt.close(fig)
 
 
