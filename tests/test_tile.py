@@ -326,6 +326,20 @@ def test_every_kernel_compiles_at_its_bench_shape_with_lines():
             assert f"kernels/tiled/{spec.module.rsplit('.', 1)[1]}.py:" in dump
 
 
+@pytest.mark.parametrize("constraints", [None, ERRATA_ON], ids=["B1", "A0"])
+@pytest.mark.parametrize("stages", [1, 2])
+def test_the_benchs_gemm_shapes_compile_single_and_double_buffered(stages, constraints):
+    """firstlight bench runs each GEMM shape with --stages 2 and 1; single buffering must fit what
+    its planner chose (64^3 was refused: the tail interleave held two A tiles in one buffer's room)."""
+    from firstlight.cli.bench import DEFAULT_SHAPES
+
+    spec = registry()["gemm"]
+    for shape in DEFAULT_SHAPES:
+        m, n, k = map(int, shape.split("x"))
+        c = spec.compile(spec.resolve({"m": m, "n": n, "k": k, "stages": stages}), CHIP, BOARD, constraints)
+        assert c.kernel_args.get("stages", 2) == stages, (shape, c.kernel_args)
+
+
 def test_a_working_set_that_does_not_fit_names_the_tile_and_what_to_change():
     with pytest.raises(tile.TileError, match=r"kernels/tiled/softmax.py:\d+: the tile x1 needs 50 words of ACC, "
                                              r"but only 14 contiguous words are left of 64 \(live: x0 50 .*\); "

@@ -262,7 +262,10 @@ def _interleave_tails(order: list[Op], config, bytes_per_cycle: float) -> list[O
     iteration ``i``'s, after the ``lead`` rows that cover the arrival of its operands. A tile
     row is then complete two rows of MATMULs apart from early in iteration ``i``, and its store
     uses the DRAM while the rest computes, instead of every store queueing at the end (where
-    the next chain's first rows would wait for them). Each tile still accumulates in K order."""
+    the next chain's first rows would wait for them). Each tile still accumulates in K order.
+    Only in a loop of two or more stages: interleaved, both steps' operand tiles are live at
+    once, which a single-buffered loop's planner did not leave room for (gemm 64^3 --stages 1
+    was refused: "the tile a1 needs 528 words of A, but only 494 ... are left")."""
     out = list(order)
     by: dict[tuple, list[Op]] = {}  # (loop, iteration, kind) -> its ops, in order
     for x in out:
@@ -275,7 +278,7 @@ def _interleave_tails(order: list[Op], config, bytes_per_cycle: float) -> list[O
     i = 0
     while i < len(out):
         op = out[i]
-        if op.kind != "matmul" or op.loop is None:
+        if op.kind != "matmul" or op.loop is None or op.loop.stages < 2:
             i += 1
             continue
         it = op.iteration
