@@ -73,6 +73,42 @@ class SubmitFilter(Protocol):
         queues' strides) is back at its reset value."""
 
 
+class SubmitHook:
+    """The seam every Device has for software that knows the chip's errata (workarounds.attach):
+    one filter every submitted stream goes through, suspended for raw streams, told when the chip
+    was seen idle or reset. The RTL's Device and the interpreter's (interp/device.py) share it."""
+
+    _filter: SubmitFilter | None = None
+    _filter_suspended = 0
+
+    def set_submit_filter(self, flt: SubmitFilter | None) -> None:
+        """Every stream :meth:`submit` queues goes through ``flt`` first (None: none)."""
+        self._filter = flt
+
+    @contextmanager
+    def submit_filter_suspended(self) -> Iterator[None]:
+        """Submit raw streams inside this block (reproducers show the bug, not its mitigation)."""
+        self._filter_suspended += 1
+        try:
+            yield
+        finally:
+            self._filter_suspended -= 1
+
+    def filtered(self, commands: list[int]) -> list[int]:
+        """``commands`` as the installed filter makes them (unchanged with none, or suspended)."""
+        if self._filter is not None and not self._filter_suspended:
+            return self._filter(commands)
+        return commands
+
+    def chip_seen_idle(self) -> None:
+        if self._filter is not None:
+            self._filter.chip_idle()
+
+    def chip_was_reset(self) -> None:
+        if self._filter is not None:
+            self._filter.chip_reset()
+
+
 class KernelDevice(Protocol):
     """The device surface kernels use (``Device`` implements it; a kernel needs nothing else)."""
 
@@ -281,7 +317,7 @@ class _Backdoor:
         return self._get_range(start, count)
 
 
-class Device:
+class Device(SubmitHook):
     """An opened chip. Use ``dev = await Device.open(tb)``.
 
     Attributes
@@ -309,10 +345,8 @@ class Device:
         self._dram_mem: _Backdoor | None = None
         self._rev_code = 0
         self._mems: dict[int, _Backdoor] = {}
-        # One filter every submitted stream goes through, installed by software that knows the
-        # chip's errata (workarounds.attach); cosim itself knows none.
-        self._filter: SubmitFilter | None = None
-        self._filter_suspended = 0
+        # The submit filter (SubmitHook), installed by software that knows the chip's errata
+        # (workarounds.attach); cosim itself knows none.
         self.watchdog_cycles = 1_000_000  # default budget of every wait for idle
 
     @classmethod
@@ -320,7 +354,8 @@ class Device:
                    config: ChipConfig | None = None, board: BoardConfig | None = None) -> "Device":
         """Reset (optionally) and open the chip.
 
-        With ``discover`` the ID, REV and CAPS registers are read and checked (the normal path).
+        With ``discover`` the ID, REV, CAPS and TRACE_DEPTH registers are read and checked (the
+        normal path).
         Without it (bring-up, where those registers are under test) the caller passes the
         ``config`` and ``board`` the chip was built with and runs its own identity checks.
         """
@@ -337,7 +372,8 @@ class Device:
         if ident != ID_MAGIC:
             raise DeviceError(f"ID register reads 0x{ident:08x}, expected 0x{ID_MAGIC:08x}: not a firstlight chip or the bus is broken")
         await dev.read_revision()
-        dev.config = ChipConfig.from_caps(await dev.read_csr("CAPS0"), await dev.read_csr("CAPS1"))
+        dev.config = ChipConfig.from_caps(await dev.read_csr("CAPS0"), await dev.read_csr("CAPS1"),
+                                          await dev.read_csr("TRACE_DEPTH"))
         dev.board = BoardConfig.from_regs(await dev.read_csr("DRAM0"), await dev.read_csr("DRAM1"))
         dev._attach_memories()
         dev._tail = await dev.read_csr("CMDQ_TAIL")
@@ -502,9 +538,7 @@ class Device:
         chip takes no new entry for ``budget_cycles``, the watchdog fires with a dump. Returns
         as soon as the last piece is queued: call :meth:`wait_idle` to wait for completion.
         """
-        commands = list(commands)
-        if self._filter is not None and not self._filter_suspended:
-            commands = self._filter(commands)
+        commands = self.filtered(list(commands))
         depth = self.config.cmdq_depth
         if len(self._ring_feed) != depth:
             self._ring_feed = [0] * depth
@@ -570,24 +604,6 @@ class Device:
         await self.submit(commands, budget_cycles)
         await self.wait_idle(budget_cycles)
 
-    # ---- the submit hook ------------------------------------------------------------------------
-    def set_submit_filter(self, flt: SubmitFilter | None) -> None:
-        """Every stream :meth:`submit` queues goes through ``flt`` first (None: none)."""
-        self._filter = flt
-
-    @contextmanager
-    def submit_filter_suspended(self) -> Iterator[None]:
-        """Submit raw streams inside this block (reproducers show the bug, not its mitigation)."""
-        self._filter_suspended += 1
-        try:
-            yield
-        finally:
-            self._filter_suspended -= 1
-
-    def _chip_idle(self) -> None:
-        if self._filter is not None:
-            self._filter.chip_idle()
-
     def read_pin(self, name: str) -> int:
         """An output pin of the chip (``idle``, ``irq``) as the board sees it now; X/Z read as -1."""
         text = str(getattr(self.tb.dut, name).value).lower()
@@ -609,15 +625,14 @@ class Device:
                 raise DeviceTimeout(f"watchdog: STATUS.idle stayed 0 for {budget} cycles\n" + self.format_dump(dump),
                                     dump)
             await self.tb.wait_cycles(poll_cycles)
-        self._chip_idle()
+        self.chip_seen_idle()
 
     async def soft_reset(self) -> None:
         """CTRL.soft_reset (command path, engine, reduction unit) and clear ERR; memories keep
         their contents. The ring restarts at entry 0."""
         await self.write_csr("CTRL", REG["CTRL"].pack(soft_reset=1, clear_err=1))
         self._tail = 0
-        if self._filter is not None:
-            self._filter.chip_reset()
+        self.chip_was_reset()
 
     def default_budget(self) -> int:
         return self.watchdog_cycles
@@ -627,7 +642,7 @@ class Device:
         budget = self.default_budget() if budget_cycles is None else budget_cycles
         ok = await self._timed(self.tb.wait_signal_high(self.tb.dut.idle, budget))
         if ok:
-            self._chip_idle()
+            self.chip_seen_idle()
         else:
             dump = await self.dump_state()
             waits = self.describe_waits(dump["registers"])

@@ -42,7 +42,7 @@ from rtl.memories import Region
 from rtl.trace import UNIT_NAMES, Unit, decode_entry
 
 __all__ = ["Trace", "enable_trace", "disable_trace", "clear_trace", "read_trace", "decode_words",
-           "chrome_trace", "write_chrome_trace", "UNIT_KEYS"]
+           "chrome_trace", "write_chrome_trace", "dropped_note", "UNIT_KEYS"]
 
 UNIT_KEYS = {u: u.name.lower() for u in Unit}  # Unit.DMA_IN -> "dma_in"
 _PENDING_READS = 64  # TRACE_COUNT reads while events are still being written, at most
@@ -64,6 +64,26 @@ class Trace(list):
     @classmethod
     def from_summary(cls, d: dict) -> "Trace":
         return cls(d["events"], dropped=d["dropped"], overflow=d["overflow"], lost=d["lost"], depth=d.get("depth"))
+
+
+def dropped_note(trace: Trace) -> str | None:
+    """What a user reads when ``trace`` is not the whole run (None when it is): how many events
+    were dropped and the ``--trace-depth`` that keeps them all. The CLI prints it once, as a
+    warning on stderr; the trace file marks the same point with its instant event."""
+    from rtl.config import MAX_TRACE_DEPTH
+
+    if not trace.dropped:
+        return None
+    total = len(trace) + trace.dropped
+    holds = f"the trace buffer holds {trace.depth:,} events" if trace.depth else "the trace buffer was full"
+    note = f"{holds}: {trace.dropped:,} of the run's {total:,} were dropped, so the trace ends early"
+    if trace.lost:  # the staging FIFOs overflowed: a deeper buffer does not bring those back
+        note += " (some were lost because units finished faster than one event a cycle)"
+    need = 1 << (total - 1).bit_length()
+    if need <= MAX_TRACE_DEPTH:
+        return note + f"; build with --trace-depth {need} to keep them all"
+    return (note + f"; even the deepest buffer (--trace-depth {MAX_TRACE_DEPTH}) holds fewer: trace a smaller "
+            "problem to see all of it")
 
 
 # ---- the registers ------------------------------------------------------------------------------

@@ -593,6 +593,7 @@ class Chip(wiring.Component):
             "TRACE_COUNT": _pack_fields(REG["TRACE_COUNT"], count=trace.count, pending=trace.pending,
                                         lost=trace.lost, overflow=trace.overflow),
             "TRACE_DROPPED": trace.dropped,
+            "TRACE_DEPTH": Const(caps["TRACE_DEPTH"], 32),
         }
         for i in range(SEMAPHORES // 2):
             ro[f"SEM{2 * i}{2 * i + 1}"] = cmdp.sem_counts[32 * i:32 * i + 32]

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ChipConfig", "FORMAT_NAMES", "log2"]
+__all__ = ["ChipConfig", "FORMAT_NAMES", "DEFAULT_TRACE_DEPTH", "MAX_TRACE_DEPTH", "log2"]
 
 # Operand formats in Format (rtl/isa.py) order; CAPS0.formats has one bit per entry.
 FORMAT_NAMES = ("int8", "e4m3", "e5m2", "e2m1")
 
 _POW2_DIMS = (2, 4, 8, 16)
+
+# The trace buffer's entries (docs/chip.md, "Trace buffer"). The default keeps every event of a
+# 64^3 GEMM on 4x4 (1,688) and of the bench's row kernels (layernorm 64x256: 1,288), in 64 KiB,
+# the accumulator SRAM's size; the bring-up checklist tests every cell of it through the window,
+# which costs 7.5 s more than the old 512 entries did (16384 would keep a 128^3 GEMM's 11,168 but
+# cost 31 s more, for an SRAM four times the accumulator's). The numbers and the commands that
+# measure them are in docs/chip.md. The most is what TRACE_COUNT.count (16 bits) can count.
+DEFAULT_TRACE_DEPTH = 4096
+MAX_TRACE_DEPTH = 32768
 
 
 def _is_pow2(n: int) -> bool:
@@ -51,6 +60,11 @@ class ChipConfig:
     vector : bool
         Build the vector unit (rtl/vector.py: VEC commands, LANES fp32 lanes). A chip without it
         rejects VEC with ERR BAD_VEC_OP; it simulates faster (a test that needs only some chip).
+    trace_depth : int
+        Entries in the trace buffer (the TRACE SRAM, 128 bits each; power of two, 4..32768, the
+        most that TRACE_COUNT.count's 16 bits count). Published in TRACE_DEPTH. Events past it are
+        dropped and counted (TRACE_DROPPED), so a trace that must cover a run needs a depth of at
+        least the run's events.
     """
 
     rows: int = 4
@@ -62,6 +76,7 @@ class ChipConfig:
     cmdq_depth: int = 1024
     formats: tuple[str, ...] = FORMAT_NAMES
     vector: bool = True
+    trace_depth: int = DEFAULT_TRACE_DEPTH
 
     def __post_init__(self) -> None:
         for name in ("rows", "cols"):
@@ -79,10 +94,12 @@ class ChipConfig:
             ("operand_depth", 16, 65536),
             ("acc_depth", 16, 65536),
             ("cmdq_depth", 4, 65536),
+            ("trace_depth", 4, MAX_TRACE_DEPTH),
         ):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not _is_pow2(v) or not lo <= v <= hi:
-                raise ValueError(f"{name} must be a power of two in [{lo}, {hi}], not {v!r}")
+                why = " (TRACE_COUNT.count is 16 bits)" if name == "trace_depth" else ""
+                raise ValueError(f"{name} must be a power of two in [{lo}, {hi}]{why}, not {v!r}")
         v = self.cmd_fifo_depth
         if not isinstance(v, int) or isinstance(v, bool) or not 2 <= v <= 256:
             raise ValueError(f"cmd_fifo_depth must be an integer in [2, 256], not {v!r}")
@@ -172,10 +189,21 @@ class ChipConfig:
             "cmdq_depth": self.cmdq_depth,
             "formats": list(self.formats),
             "vector": self.vector,
+            "trace_depth": self.trace_depth,
         }
 
+    def with_sram_depth(self, depth: int) -> "ChipConfig":
+        """This config with every SRAM ``depth`` words: the operand SRAMs, the accumulator, the
+        command ring and the trace buffer (at most :data:`MAX_TRACE_DEPTH`), which is what
+        ``--sram-depth`` builds (a small chip is quick to test, its trace included)."""
+        from dataclasses import replace
+
+        return replace(self, operand_depth=depth, acc_depth=depth, cmdq_depth=depth,
+                       trace_depth=min(depth, MAX_TRACE_DEPTH))
+
     def caps(self) -> dict[str, int]:
-        """The CAPS register values that publish this config (packed from the register map)."""
+        """The values of the registers that publish this config (CAPS0, CAPS1 and the trace
+        buffer's TRACE_DEPTH; packed from the register map). :meth:`from_caps` reads them back."""
         from .csr_map import REG
 
         return {
@@ -183,11 +211,13 @@ class ChipConfig:
                                        vector=int(self.vector)),
             "CAPS1": REG["CAPS1"].pack(log2_operand_depth=log2(self.operand_depth), log2_acc_depth=log2(self.acc_depth),
                                        cmd_fifo_depth=self.cmd_fifo_depth, log2_cmdq_depth=log2(self.cmdq_depth)),
+            "TRACE_DEPTH": REG["TRACE_DEPTH"].pack(entries=self.trace_depth),
         }
 
     @classmethod
-    def from_caps(cls, caps0: int, caps1: int) -> "ChipConfig":
-        """The config a chip publishes in CAPS0/CAPS1 (raises ValueError if they describe no chip)."""
+    def from_caps(cls, caps0: int, caps1: int, trace_depth: int) -> "ChipConfig":
+        """The config a chip publishes in CAPS0, CAPS1 and TRACE_DEPTH, the three register values
+        (raises ValueError if they describe no chip)."""
         from .csr_map import REG
 
         f0, f1 = REG["CAPS0"].unpack(caps0), REG["CAPS1"].unpack(caps1)
@@ -196,6 +226,7 @@ class ChipConfig:
             rows=f0["rows"], cols=f0["cols"], lanes=f0["lanes"],
             operand_depth=1 << f1["log2_operand_depth"], acc_depth=1 << f1["log2_acc_depth"],
             cmd_fifo_depth=f1["cmd_fifo_depth"], cmdq_depth=1 << f1["log2_cmdq_depth"],
+            trace_depth=REG["TRACE_DEPTH"].unpack(trace_depth)["entries"],
         )
 
     @property

@@ -192,6 +192,13 @@ _regs += [
 ]
 # Counters added after the trace block: the same address run (0x20 + 2 * index), later REG_INDEX.
 _regs += _perf_registers(_PERF_BEFORE_TRACE, len(PERF_COUNTERS))
+# The trace buffer's size, beside its other registers on the bus (0x83) but last in the list, so
+# that every older register keeps its REG_INDEX. CAPS0/CAPS1 have no room for it.
+_regs += [
+    Register("TRACE_DEPTH", 0x83, RO, None, "Entries of the trace buffer (TRACE SRAM words): the build's "
+             "ChipConfig.trace_depth, a power of two. A run of more events than this drops the rest (TRACE_DROPPED).",
+             (Field("entries", 0, 16, "TRACE_COUNT.count reaches at most this"),)),
+]
 
 REGISTERS: tuple[Register, ...] = tuple(_regs)
 REG: dict[str, Register] = {r.name: r for r in REGISTERS}

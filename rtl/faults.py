@@ -468,10 +468,10 @@ KINDS = tuple(s.name for s in universe(ChipConfig()))
 # ---- redundant faults -------------------------------------------------------------------------
 def constant_bits(register: str, cfg: ChipConfig, board: BoardConfig | None = None) -> dict[int, int]:
     """Bits of a register's read data that hold one value in every state of a good chip
-    (bit -> value): reserved bits and strobes read 0, constants read themselves (ID, CAPS and
-    the board's DRAM0/DRAM1), and some fields are wider than any value they can hold. A fault
-    that sticks such a bit at that value changes nothing: it is redundant, and no test can see
-    it."""
+    (bit -> value): reserved bits and strobes read 0, constants read themselves (ID, CAPS0,
+    CAPS1, TRACE_DEPTH and the board's DRAM0/DRAM1), and some fields are wider than any value
+    they can hold. A fault that sticks such a bit at that value changes nothing: it is
+    redundant, and no test can see it."""
     from .csr_map import ID_MAGIC, WINDOW_DATA
     from .isa import ErrCode
 
@@ -484,7 +484,7 @@ def constant_bits(register: str, cfg: ChipConfig, board: BoardConfig | None = No
                 used |= f.mask
         out.update({b: 0 for b in range(32) if not used >> b & 1})
     caps = cfg.caps()
-    values = {"ID": ID_MAGIC, "CAPS0": caps["CAPS0"], "CAPS1": caps["CAPS1"], **_board(cfg, board).regs()}
+    values = {"ID": ID_MAGIC, **caps, **_board(cfg, board).regs()}  # caps: CAPS0, CAPS1, TRACE_DEPTH
     if register in values:
         out = {b: values[register] >> b & 1 for b in range(32)}
     if register == "ERR":

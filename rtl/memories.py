@@ -86,10 +86,10 @@ MEMORIES: tuple[Memory, ...] = (
     Memory("SB", 5, "sb_sram", "B block scales (E8M0): COLS codes per word",
            lambda c: 8 * c.cols, lambda c: c.scale_depth),
     # Debug state, not kernel data: the chip writes it (rtl/trace.py), the host reads it back.
-    # Half the ring's depth (512 entries on the default chip) so a small test chip has a small
-    # trace that a short stream can fill.
+    # Its own build parameter (ChipConfig.trace_depth, published in TRACE_DEPTH): how many events
+    # a run makes has nothing to do with the ring's depth (a 64^3 GEMM makes 1,688).
     Memory("TRACE", 6, "trace_sram", "trace buffer: one 128-bit event per entry (rtl/trace.py TRACE_ENTRY)",
-           lambda c: _TRACE_ENTRY_BITS, lambda c: c.cmdq_depth // 2, data=False),
+           lambda c: _TRACE_ENTRY_BITS, lambda c: c.trace_depth, data=False),
 )
 MEM: dict[str, Memory] = {m.name: m for m in MEMORIES}
 assert len({m.region for m in MEMORIES}) == len(MEMORIES), "two memories share a window region"

@@ -88,7 +88,7 @@ PRIORITY = (Unit.MATRIX, Unit.REDUCE, Unit.VECTOR, Unit.DMA_IN, Unit.DMA_OUT, Un
 
 
 def trace_depth(config: ChipConfig) -> int:
-    """Entries in the TRACE SRAM (the memory table's depth)."""
+    """Entries in the TRACE SRAM (the memory table's depth: ``ChipConfig.trace_depth``)."""
     return MEM["TRACE"].depth(config)
 
 

@@ -16,11 +16,12 @@ from rtl.config import ChipConfig
 # Fixed by default so CI is reproducible; override to explore: FIRSTLIGHT_SEED=7 pytest ...
 SEED = int(os.environ.get("FIRSTLIGHT_SEED", "20261130"))
 
-# The small chip: int8 only, 64-word SRAMs and ring. It builds in a third of the time of the
-# default FP chip, so a test that needs some chip, not a particular one, uses it (and its build).
-SMALL_CHIP = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64, vector=False)
+# The small chip: int8 only, 64-word SRAMs, ring and trace buffer (the CLI's `--formats int8
+# --sram-depth 64 --no-vector`, so the CLI tests share its build). It builds in a third of the time
+# of the default FP chip, so a test that needs some chip, not a particular one, uses it.
+SMALL_CHIP = ChipConfig(formats=("int8",), vector=False).with_sram_depth(64)
 # The same with the vector unit, for the tests of the vector unit and its kernels.
-VECTOR_CHIP = ChipConfig(formats=("int8",), operand_depth=64, acc_depth=64, cmdq_depth=64)
+VECTOR_CHIP = ChipConfig(formats=("int8",)).with_sram_depth(64)
 
 
 def source_module(tmp_path: Path, monkeypatch, name: str, source: str, *, register: bool = False):

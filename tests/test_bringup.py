@@ -99,6 +99,19 @@ def test_caps_fault_is_caught_by_identity(tmp_path):
 
 
 @pytest.mark.sim
+def test_trace_depth_fault_is_caught_by_identity(tmp_path):
+    """TRACE_DEPTH publishes the trace buffer's depth (CAPS0/CAPS1 have no room): identity reads it
+    with the CAPS, so a host never discovers a config other than the one built."""
+    require_sim("icarus")
+    code, rep = _bringup(tmp_path, "--sim", "icarus", "--sram-depth", "64", "--inject", "csr:TRACE_DEPTH:stuck1:bit=3")
+    st = _stages(rep)
+    assert code == cli.EXIT_FAIL and st["identity"]["status"] == "failed", st["identity"]
+    details = st["identity"]["details"]
+    assert "trace_depth must be a power of two" in details, details
+    assert "TRACE_DEPTH = 0x00000048, this chip's is 0x00000040 (bits [3] differ)" in details, details
+
+
+@pytest.mark.sim
 def test_injected_fault_on_verilator_too(tmp_path):
     require_sim("verilator")
     code, rep = _bringup(tmp_path, "--formats", "int8", "--sram-depth", "64", "--no-vector", "--inject", "sram:ACC:stuck0:addr=17:bit=33")

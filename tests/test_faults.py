@@ -153,11 +153,16 @@ def test_redundant_faults_are_the_bits_a_good_chip_never_changes():
     one = next(b for b in range(32) if 0x464C4954 >> b & 1)
     assert redundant(parse_fault(f"csr:ID:stuck1:bit={one}", SMALL), SMALL)
     assert not redundant(parse_fault(f"csr:ID:stuck0:bit={one}", SMALL), SMALL)
-    # TRACE_COUNT counts up to the trace buffer's entries (32 on SMALL: bits 0..5), never past
-    assert redundant(parse_fault("csr:TRACE_COUNT:stuck0:bit=6", SMALL), SMALL)
+    # TRACE_COUNT counts up to the trace buffer's entries (64 on SMALL: bits 0..6), never past
+    assert SMALL.trace_depth == 64
+    assert redundant(parse_fault("csr:TRACE_COUNT:stuck0:bit=7", SMALL), SMALL)
     assert redundant(parse_fault("csr:TRACE_COUNT:stuck0:bit=15", SMALL), SMALL)
-    assert not redundant(parse_fault("csr:TRACE_COUNT:stuck0:bit=5", SMALL), SMALL)
+    assert not redundant(parse_fault("csr:TRACE_COUNT:stuck0:bit=6", SMALL), SMALL)
     assert not redundant(parse_fault("csr:TRACE_COUNT:stuck1:bit=15", SMALL), SMALL)
+    # TRACE_DEPTH holds the build's depth, a constant like CAPS: bit 6 reads 1, every other bit 0
+    assert redundant(parse_fault("csr:TRACE_DEPTH:stuck1:bit=6", SMALL), SMALL)
+    assert not redundant(parse_fault("csr:TRACE_DEPTH:stuck0:bit=6", SMALL), SMALL)
+    assert not redundant(parse_fault("csr:TRACE_DEPTH:stuck1:bit=3", SMALL), SMALL)
     # AXI address bits the DRAM never decodes: below the 4-byte beat, above the DRAM's size
     assert "below the 4-byte beat" in redundant(parse_fault("dma:tie1:addr_bit=1", SMALL), SMALL)
     above = redundant(parse_fault(f"dma:alias:addr_bit={DRAM_BITS}:side=load", SMALL), SMALL)

@@ -47,7 +47,7 @@ def case_seed(name: str) -> int:
 def small_cfg(rows=2, cols=2, **kw) -> ChipConfig:
     # int8-only engines: these tests pin the int8 path; the FP path has its own tests
     # (tests/test_rtl_fp32.py, tests/test_fp_engine.py) and this keeps the Amaranth sim fast.
-    args = dict(rows=rows, cols=cols, operand_depth=16, acc_depth=16, cmdq_depth=8, formats=("int8",))
+    args = dict(rows=rows, cols=cols, operand_depth=16, acc_depth=16, cmdq_depth=8, formats=("int8",), trace_depth=4)
     args.update(kw)
     return ChipConfig(**args)
 
@@ -779,7 +779,7 @@ CHIP_CFGS = [CHIP_SMALL, ChipConfig(formats=("int8",))]
 @pytest.mark.parametrize("cfg", CHIP_CFGS, ids=lambda c: f"{c.rows}x{c.cols}d{c.operand_depth}")
 def test_chip_id_caps_rev(cfg):
     async def body(ctx, dut, out):
-        for name in ("ID", "REV", "CAPS0", "CAPS1"):
+        for name in ("ID", "REV", "CAPS0", "CAPS1", "TRACE_DEPTH"):
             out[name] = await csr(ctx, dut, name)
 
     out = run_chip(cfg, body)
@@ -794,6 +794,9 @@ def test_chip_id_caps_rev(cfg):
     assert 1 << caps1.field("log2_acc_depth").get(out["CAPS1"]) == cfg.acc_depth
     assert caps1.field("cmd_fifo_depth").get(out["CAPS1"]) == cfg.cmd_fifo_depth
     assert 1 << caps1.field("log2_cmdq_depth").get(out["CAPS1"]) == cfg.cmdq_depth
+    # the trace buffer's depth is the build's, not derived from another SRAM (it was cmdq_depth / 2)
+    assert out["TRACE_DEPTH"] == REG["TRACE_DEPTH"].field("entries").get(out["TRACE_DEPTH"]) == cfg.trace_depth
+    assert ChipConfig.from_caps(out["CAPS0"], out["CAPS1"], out["TRACE_DEPTH"]) == cfg, "discovery is the build"
 
 
 def test_chip_documented_reset_values():

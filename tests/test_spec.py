@@ -63,10 +63,10 @@ def test_command_packing_rejects_what_does_not_fit():
 def test_register_fields_pack_and_unpack():
     caps = ChipConfig(rows=8, cols=8, operand_depth=2048, formats=("int8", "e5m2")).caps()
     assert REG["CAPS0"].unpack(caps["CAPS0"]) == {"rows": 8, "cols": 8, "lanes": 8, "formats": 0b101, "vector": 1}
-    assert ChipConfig.from_caps(caps["CAPS0"], caps["CAPS1"]) == ChipConfig(rows=8, cols=8, operand_depth=2048,
-                                                                             formats=("int8", "e5m2"))
+    assert ChipConfig.from_caps(caps["CAPS0"], caps["CAPS1"], caps["TRACE_DEPTH"]) == ChipConfig(
+        rows=8, cols=8, operand_depth=2048, formats=("int8", "e5m2"))
     no_vu = ChipConfig(vector=False)
-    assert ChipConfig.from_caps(no_vu.caps()["CAPS0"], no_vu.caps()["CAPS1"]) == no_vu
+    assert ChipConfig.from_caps(no_vu.caps()["CAPS0"], no_vu.caps()["CAPS1"], no_vu.caps()["TRACE_DEPTH"]) == no_vu
     assert REG["MEM_ADDR"].pack(region=Region.SB, chunk=3) == (5 << 28) | 3
     with pytest.raises(ValueError, match="region=16 does not fit in 4 bits"):
         REG["MEM_ADDR"].pack(region=16)

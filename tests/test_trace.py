@@ -12,14 +12,16 @@ import json
 import pytest
 
 from conftest import SEED, VECTOR_CHIP, require_sim
-from firstlight.trace import Trace, chrome_trace, decode_words, write_chrome_trace
+from dataclasses import replace
+
+from firstlight.trace import Trace, chrome_trace, decode_words, dropped_note, write_chrome_trace
 from rtl import isa
 from rtl.config import ChipConfig
-from rtl.csr_map import REG
+from rtl.csr_map import REG, Access
 from rtl.memories import DATA_MEMORIES, MEM, Region
 from rtl.trace import TRACE_ENTRY, Unit, decode_entry
 
-TRACED = VECTOR_CHIP  # a 32-entry trace, and a vector unit for its track
+TRACED = VECTOR_CHIP  # a 64-entry trace (--sram-depth 64), and a vector unit for its track
 
 
 # ---- the spec -------------------------------------------------------------------------------------
@@ -40,11 +42,82 @@ def test_entry_layout_is_the_documented_bits():
 def test_trace_sram_and_registers_are_declared():
     mem = MEM["TRACE"]
     assert mem.region == int(Region.TRACE) == 6 and not mem.data and mem not in DATA_MEMORIES
-    assert mem.depth(ChipConfig()) == 512 and mem.depth(TRACED) == 32
+    assert mem.depth(ChipConfig()) == ChipConfig().trace_depth == 4096 and mem.depth(TRACED) == 64
     assert REG["TRACE_CTRL"].field("clear").strobe and not REG["TRACE_CTRL"].field("enable").strobe
     assert REG["TRACE_CTRL"].reset == REG["TRACE_COUNT"].reset == REG["TRACE_DROPPED"].reset == 0
     assert REG["TRACE_COUNT"].unpack(1 << 31 | 1 << 30 | 1 << 29 | 17) == {"count": 17, "pending": 1, "lost": 1,
                                                                           "overflow": 1}
+    depth = REG["TRACE_DEPTH"]  # beside the others on the bus, read-only, its value the build's
+    assert depth.addr == REG["TRACE_DROPPED"].addr + 1 and depth.access is Access.RO and depth.reset is None
+    assert depth.field("entries").width == REG["TRACE_COUNT"].field("count").width == 16
+
+
+# docs/chip.md: measured events of kernels the default depth is chosen to keep whole, on 4x4
+# (a 128^3 GEMM's 11,168 and mlp's 11,257 need --trace-depth 16384)
+BENCH_EVENTS = {"gemm 64^3": 1_688, "layernorm 64x256": 1_288, "decode_attention 1024x16x4": 2_250}
+
+
+def test_trace_depth_is_a_build_parameter_of_its_own():
+    """ChipConfig.trace_depth: validated, the memory table's TRACE depth, published in TRACE_DEPTH
+    and read back by discovery, in the build's key and the sweep's design name."""
+    from argparse import Namespace
+
+    from cosim.build import Variant, verilog_key
+    from firstlight.cli.common import variant_from_args
+    from firstlight.errors import CannotStart
+    from firstlight.sweep.spec import design_name
+    from rtl.config import DEFAULT_TRACE_DEPTH, MAX_TRACE_DEPTH
+    from rtl.faults import constant_bits
+
+    assert all(n <= DEFAULT_TRACE_DEPTH for n in BENCH_EVENTS.values()), "the default keeps these runs whole"
+    assert MAX_TRACE_DEPTH < 1 << REG["TRACE_COUNT"].field("count").width, "TRACE_COUNT.count can count a full buffer"
+    for bad in (0, 3, 100, 2 * MAX_TRACE_DEPTH, True, "64"):
+        with pytest.raises(ValueError, match=r"trace_depth must be a power of two in \[4, 32768\] \(TRACE_COUNT"
+                                             r"\.count is 16 bits\), not "):
+            ChipConfig(trace_depth=bad)
+    cfg = ChipConfig(formats=("int8",), trace_depth=256)
+    assert MEM["TRACE"].depth(cfg) == 256 and MEM["TRACE"].depth(replace(cfg, cmdq_depth=64)) == 256
+    caps = cfg.caps()
+    assert REG["TRACE_DEPTH"].unpack(caps["TRACE_DEPTH"]) == {"entries": 256}
+    assert ChipConfig.from_caps(caps["CAPS0"], caps["CAPS1"], caps["TRACE_DEPTH"]) == cfg
+    assert constant_bits("TRACE_DEPTH", cfg) == {b: 256 >> b & 1 for b in range(32)}, "a constant, like CAPS"
+    assert cfg.as_dict()["trace_depth"] == 256 and ChipConfig(**cfg.as_dict()) == cfg
+    assert verilog_key(Variant(config=cfg)) != verilog_key(Variant(config=replace(cfg, trace_depth=512)))
+    assert design_name(Variant(config=cfg)).split("-")[4] == "tr256"
+    assert "tr" not in design_name(Variant(config=ChipConfig())), "a default depth keeps the older names"
+    # --sram-depth is every SRAM, the trace buffer's too; --trace-depth after it wins
+    base = dict(array=None, formats=None, vector=True, rev="A0", sram_depth=None, trace_depth=None)
+    assert variant_from_args(Namespace(**base)).config.trace_depth == DEFAULT_TRACE_DEPTH
+    assert variant_from_args(Namespace(**{**base, "sram_depth": 64})).config == ChipConfig().with_sram_depth(64)
+    assert ChipConfig().with_sram_depth(64).trace_depth == 64
+    assert variant_from_args(Namespace(**{**base, "sram_depth": 64, "trace_depth": 1024})).config.trace_depth == 1024
+    assert ChipConfig(formats=("int8",)).with_sram_depth(65536).trace_depth == MAX_TRACE_DEPTH
+    with pytest.raises(CannotStart, match="--trace-depth: trace_depth must be a power of two"):
+        variant_from_args(Namespace(**{**base, "trace_depth": 1000}))
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--trace-depth", "1000"], "--trace-depth: trace_depth must be a power of two in [4, 32768]"),
+    (["--trace-depth", "65536"], "(TRACE_COUNT.count is 16 bits)"),
+    (["--trace-depth", "0"], "expected a positive integer, got 0"),
+    (["--trace-depth", "64", "--trace-depth", "128"], "--trace-depth given twice (64 and 128)"),
+])
+def test_a_bad_trace_depth_exits_2_before_anything_is_built(argv, needle, capsys):
+    from firstlight import cli
+
+    for cmd in (["run", "gemm"], ["bench"]):
+        assert cli.main([*cmd, *argv]) == cli.EXIT_CANNOT_START, cmd
+        assert needle in capsys.readouterr().err, cmd
+
+
+def test_the_drop_note_says_how_many_and_the_depth_that_keeps_them():
+    full = Trace([_ev("stream", "NOP", i, i, i) for i in range(512)], dropped=1_176, overflow=True, depth=512)
+    assert dropped_note(full) == ("the trace buffer holds 512 events: 1,176 of the run's 1,688 were dropped, so the "
+                                  "trace ends early; build with --trace-depth 2048 to keep them all")
+    huge = Trace(full, dropped=79_488, overflow=True, depth=512)
+    assert dropped_note(huge).endswith("even the deepest buffer (--trace-depth 32768) holds fewer: trace a smaller "
+                                       "problem to see all of it")
+    assert dropped_note(Trace(full, depth=512)) is None
 
 
 # ---- the writer alone (Amaranth simulator) -----------------------------------------------------------
@@ -85,7 +158,8 @@ def test_five_sources_finishing_in_one_cycle_lose_nothing():
     """The stream as the command processor shows it (docs/chip.md): X fetched in cycle 1, at the head
     from 2, waits until 5 and retires (DONE_COUNT moves); Y at the head in 7 and dropped (it does
     not). Every unit finishes in cycle 10."""
-    cfg = ChipConfig(formats=("int8",), operand_depth=16, acc_depth=16, cmdq_depth=16, cmd_fifo_depth=4)
+    cfg = ChipConfig(formats=("int8",), operand_depth=16, acc_depth=16, cmdq_depth=16, cmd_fifo_depth=4,
+                     trace_depth=8)
     x = isa.nop(tag=0x111)
     y = isa.pack_command(0x5A, tag=0x222)
     sched = {
@@ -114,7 +188,7 @@ def test_five_sources_finishing_in_one_cycle_lose_nothing():
 
 
 def test_full_buffer_keeps_the_first_events_and_counts_the_rest():
-    cfg = ChipConfig(formats=("int8",), operand_depth=16, acc_depth=16, cmdq_depth=8)  # a 4-entry trace
+    cfg = ChipConfig(formats=("int8",), operand_depth=16, acc_depth=16, cmdq_depth=8, trace_depth=4)
     sched = {0: {"enable": 1}}
     for i in range(7):  # seven DMA loads, 3 cycles apart
         sched.setdefault(1 + 3 * i, {})["ld_started"] = 1
@@ -276,3 +350,61 @@ def test_overflow_stops_writing_and_counts_what_it_dropped(sim):
     assert [e["tag"] for e in off] == [0x1000, 0x1001, 0x1002], "disabled: nothing more is recorded"
     doc = chrome_trace(full)
     assert [e["name"] for e in doc["traceEvents"] if e["ph"] == "i"] == [f"trace buffer full: {nops - depth} events dropped"]
+
+
+# ---- the depth on the chip, end to end through the CLI (issue 38) ----------------------------------
+def _run_cli(capsys, *argv) -> tuple[int, str, str]:
+    from firstlight import cli
+
+    code = cli.main(["run", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.sim
+def test_a_64_cubed_gemm_keeps_every_event_at_the_default_depth(tmp_path, capsys):
+    """It dropped 1,176 of its 1,688 events at the old 512 entries: now none, and nothing warns."""
+    require_sim("verilator")
+    path = tmp_path / "t.json"
+    code, out, err = _run_cli(capsys, "gemm", "--m", "64", "--n", "64", "--k", "64", "--trace", str(path),
+                              "--json", str(tmp_path / "r.json"))
+    assert code == 0, (out, err)
+    doc = json.loads(path.read_text())["otherData"]
+    assert doc["trace_dropped"] == 0 and "warning" not in doc, doc
+    assert doc["events"] > 512, "more than the old depth, every one kept"
+    assert json.loads((tmp_path / "r.json").read_text())["trace_dropped"] == 0
+    assert f"trace: {path} ({doc['events']:,} events)" in out
+    assert "dropped" not in out + err and "--trace-depth" not in out + err
+
+
+TRACE_SMALL = ChipConfig(formats=("int8",), trace_depth=32)  # = run --formats int8 --trace-depth 32
+
+
+@pytest.mark.sim
+def test_a_small_trace_depth_says_once_what_it_dropped_and_what_keeps_it(sim, tmp_path, capsys):
+    path = tmp_path / "t.json"
+    code, out, err = _run_cli(capsys, "gemm", "--m", "16", "--n", "16", "--k", "16", "--formats", "int8",
+                              "--trace-depth", "32", "--sim", sim, "--trace", str(path))
+    assert code == 0, (out, err)
+    doc = json.loads(path.read_text())["otherData"]
+    kept, dropped = doc["events"], doc["trace_dropped"]
+    assert kept == 32 and dropped > 0, doc
+    need = 1 << (kept + dropped - 1).bit_length()
+    assert f"trace: {path} (32 events)" in out
+    note = (f"the trace buffer holds 32 events: {dropped:,} of the run's {kept + dropped:,} were dropped, so the "
+            f"trace ends early; build with --trace-depth {need} to keep them all")
+    assert note in err.replace("\n", " "), err
+    assert (out + err).count("dropped") == 1, "once, on one stream"
+
+
+@pytest.mark.sim
+def test_discovery_reads_the_trace_depth(sim):
+    """A discovered config equals the built one, trace depth included (not the default, not the ring's)."""
+    from cosim.build import Variant
+    from cosim.jobs import run_job
+    from trace_jobs import discovered_job
+
+    variant = Variant(config=TRACE_SMALL, revision="A0")
+    res = run_job(discovered_job, {}, variant=variant, sim=sim)
+    assert res.value["config"] == variant.config.as_dict() == res.device["config"]
+    assert res.value["trace_entries"] == 32 == res.value["TRACE_DEPTH"]

@@ -98,3 +98,9 @@ async def trace_overflow_job(dev, emit, nops: int) -> dict:
     await dev.run([isa.nop(tag=0x2000 + i) for i in range(3)])
     off = await read_trace(dev)
     return {"full": full.summary(), "after_clear": after_clear, "again": again.summary(), "off": off.summary()}
+
+
+async def discovered_job(dev, emit) -> dict:
+    """What the Device discovered (ID, REV, CAPS, TRACE_DEPTH) and the trace buffer it then sees."""
+    return {"config": dev.config.as_dict(), "trace_entries": dev.mem_depth(Region.TRACE),
+            "TRACE_DEPTH": await dev.read_csr("TRACE_DEPTH")}

@@ -25,7 +25,7 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("build", "elaborate + build", ()),
     Stage("reset", "reset values, no X on outputs", ("build",)),
-    Stage("identity", "ID, REV, CAPS; errata set", ("reset",)),
+    Stage("identity", "ID, REV, CAPS, TRACE_DEPTH; errata set", ("reset",)),
     Stage("csr_bus", "CSR bus: walking ones/zeros, read-only registers", ("identity",)),
     Stage("memories", "SRAMs through the front door: data bus, address bus, address-in-address, March C-",
           ("csr_bus",)),

@@ -116,20 +116,21 @@ async def stage_identity(ctx: Ctx):
     dev = ctx.dev
     ident = await dev.read_csr("ID")
     rev = await dev.read_csr("REV")
-    caps0, caps1 = await dev.read_csr("CAPS0"), await dev.read_csr("CAPS1")
+    published = {name: await dev.read_csr(name) for name in ctx.expected.caps()}  # CAPS0, CAPS1, TRACE_DEPTH
+    caps0, caps1 = published["CAPS0"], published["CAPS1"]
     problems = []
     if ident != ID_MAGIC:
         problems.append(f"ID = 0x{ident:08x}, expected 0x{ID_MAGIC:08x} (bits {_bits(ident ^ ID_MAGIC)} differ)")
     try:
-        found = ChipConfig.from_caps(caps0, caps1)
+        found = ChipConfig.from_caps(caps0, caps1, published["TRACE_DEPTH"])
     except ValueError as e:
         found = None
-        problems.append(f"CAPS0=0x{caps0:08x} CAPS1=0x{caps1:08x} describe no valid chip: {e}")
+        problems.append(f"{' '.join(f'{n}=0x{v:08x}' for n, v in published.items())} describe no valid chip: {e}")
     if found is not None and found != ctx.expected:
         diffs = {k: (v, ctx.expected.as_dict()[k]) for k, v in found.as_dict().items() if v != ctx.expected.as_dict()[k]}
         problems.append(f"CAPS say {diffs} (read, built)")
     # Word for word too: a bit no field decodes (a format the chip cannot have) must read 0.
-    for name, got in (("CAPS0", caps0), ("CAPS1", caps1)):
+    for name, got in published.items():
         want = ctx.expected.caps()[name]
         if got != want and not (found is not None and found != ctx.expected):
             problems.append(f"{name} = 0x{got:08x}, this chip's is 0x{want:08x} (bits {_bits(got ^ want)} differ)")

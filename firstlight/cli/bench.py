@@ -82,7 +82,8 @@ def add_parser(subparsers) -> None:
                         "reported (default: 3)")
     b.add_argument("--trace", type=Path, default=None, metavar="PATH",
                    help="record the trace buffer of every run and write each as a Chrome trace next to PATH "
-                        "(PATH-<sim>-<shape>-<double|single>.json; open in ui.perfetto.dev)")
+                        "(PATH-<sim>-<shape>-<double|single>.json; open in ui.perfetto.dev); the chip keeps the first "
+                        "--trace-depth events of each")
     b.add_argument("--session-calls", type=int_at_least(0, "session calls"), default=20, metavar="N",
                    help="per-call overhead of a session (firstlight.open): N 4x4x4 GEMM round trips per simulator "
                         "(default: 20; 0: skip the table)")
@@ -283,16 +284,17 @@ def cmd(args) -> int:
             }
             rows.append(row)
             if args.trace is not None and r.get("trace") is not None:
-                from firstlight.trace import Trace, write_chrome_trace
+                from firstlight.trace import Trace, dropped_note, write_chrome_trace
 
                 path = args.trace.with_name(f"{args.trace.stem}-{s}-{row['shape']}-"
                                             f"{'double' if r.get('double_buffer', True) else 'single'}.json")
                 tr = Trace.from_summary(r["trace"])
                 write_chrome_trace(tr, path, meta={"command": "firstlight bench", "shape": row["shape"], "sim": s,
                                                     "revision": st["revision"], "seed": args.seed})
-                console.print(plain(f"trace: {path} ({len(tr):,} events"
-                                    + (f", {tr.dropped:,} dropped: the trace buffer was full)" if tr.dropped else ")")),
-                              soft_wrap=True)
+                console.print(plain(f"trace: {path} ({len(tr):,} events)"), soft_wrap=True)
+                note = dropped_note(tr)
+                if note:  # once, on stderr with the other warnings: not on stdout too
+                    err_console.print(plain(("WARNING: ", "bold red"), f"{s} {row['shape']}: {note}"), soft_wrap=True)
     console.print(bench_table(rows, title))
     vrows = []
     row_cases, skipped = row_kernel_cases(row_shapes, cfg, board, attention) if cfg.vector else ([], [])

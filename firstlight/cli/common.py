@@ -56,6 +56,7 @@ __all__ = [
     "plain",
     "positive",
     "add_sram_depth_option",
+    "add_trace_depth_option",
     "require_sim",
     "revision",
     "seed",
@@ -250,7 +251,7 @@ def add_formats_option(p: argparse.ArgumentParser) -> None:
 
 def variant_from_args(args: argparse.Namespace):
     """The :class:`cosim.build.Variant` named by ``--array``, ``--rev``, ``--formats`` and, where the
-    command has it, ``--sram-depth``."""
+    command has them, ``--sram-depth`` and ``--trace-depth``."""
     from dataclasses import replace
 
     from cosim.build import Variant
@@ -266,9 +267,14 @@ def variant_from_args(args: argparse.Namespace):
         cfg = replace(cfg, vector=False)
     if getattr(args, "sram_depth", None):
         try:
-            cfg = replace(cfg, operand_depth=args.sram_depth, acc_depth=args.sram_depth, cmdq_depth=args.sram_depth)
+            cfg = cfg.with_sram_depth(args.sram_depth)
         except ValueError as e:
             raise CannotStart(f"--sram-depth: {e}") from None
+    if getattr(args, "trace_depth", None):  # after --sram-depth: the one asked for by name wins
+        try:
+            cfg = replace(cfg, trace_depth=args.trace_depth)
+        except ValueError as e:
+            raise CannotStart(f"--trace-depth: {e}") from None
     return Variant(config=cfg, revision=args.rev, board=board_from_args(args, cfg))
 
 
@@ -330,9 +336,26 @@ def add_dram_options(p: argparse.ArgumentParser, *, bandwidth_only: bool = False
 
 
 def add_sram_depth_option(p: argparse.ArgumentParser) -> None:
-    """``--sram-depth N``: every SRAM N words (``variant_from_args`` applies it)."""
+    """``--sram-depth N``: every SRAM N words, and ``--trace-depth`` beside it (``variant_from_args``
+    applies both)."""
+    from rtl.config import DEFAULT_TRACE_DEPTH
+
     p.add_argument("--sram-depth", type=positive, default=None, metavar="N",
-                   help="words in every SRAM (power of two; smaller is quicker to test; default 1024)")
+                   help="words in every SRAM, the trace buffer's too (power of two; smaller is quicker to test; "
+                        f"default 1024, the trace buffer {DEFAULT_TRACE_DEPTH})")
+    add_trace_depth_option(p)
+
+
+def add_trace_depth_option(p: argparse.ArgumentParser) -> None:
+    """``--trace-depth N``: the trace buffer's entries (``ChipConfig.trace_depth``), a build parameter."""
+    from rtl.config import DEFAULT_TRACE_DEPTH, MAX_TRACE_DEPTH
+
+    p.add_argument("--trace-depth", type=positive, default=None, metavar="N", action=Once,
+                   help=f"entries of the chip's trace buffer, one event each (power of two, 4 to {MAX_TRACE_DEPTH}; "
+                        f"default {DEFAULT_TRACE_DEPTH}). --trace keeps the first N events of a run and counts the "
+                        "rest as dropped; a run makes about two events per command (a 64^3 GEMM on 4x4: 1,688, a "
+                        "128^3 one: 11,168), and a warning names the depth that keeps them all. A deeper buffer is "
+                        "another build (cached), more simulated SRAM, and a longer bring-up memory test")
 
 
 def require_sim(name: str):

@@ -62,6 +62,7 @@ GRID_KEYS = {
     "acc_depth": "words in the accumulator SRAM",
     "cmdq_depth": "entries in the command ring",
     "cmd_fifo_depth": "commands prefetched ahead of execution",
+    "trace_depth": "entries of the trace buffer (power of two, 4 .. 32768); its SRAM bits count in the area",
     "formats": "MATMUL formats: \"int8\", \"int8+e4m3\", ..., or \"all\"",
     "vector": "build the vector unit (true/false)",
     "revision": "silicon revision (A0, A1, B0, ...)",
@@ -111,12 +112,15 @@ class Design:
 
 def design_name(v: Variant) -> str:
     """A stable, readable name for a variant: every parameter a sweep can vary, in a fixed order
-    (``4x4-op64-acc64-q64-int8-novec-bw1-lat32-A0``; DRAM size and bus only when not the default)."""
+    (``4x4-op64-acc64-q64-int8-novec-bw1-lat32-A0``; FIFO and trace depth, DRAM size and bus only
+    when not the default)."""
     c, b = v.config, v.resolved_board
     fm = "all" if c.formats == FORMAT_NAMES else "+".join(c.formats)
     parts = [f"{c.rows}x{c.cols}", f"op{c.operand_depth}", f"acc{c.acc_depth}", f"q{c.cmdq_depth}"]
     if c.cmd_fifo_depth != ChipConfig.cmd_fifo_depth:
         parts.append(f"fifo{c.cmd_fifo_depth}")
+    if c.trace_depth != ChipConfig.trace_depth:  # only when not the default, so older names stay
+        parts.append(f"tr{c.trace_depth}")
     parts += [fm, "vec" if c.vector else "novec", f"bw{b.bytes_per_cycle:g}", f"lat{b.latency}"]
     if b.dram_bytes != BoardConfig.dram_bytes:
         parts.append(f"dram{b.dram_bytes >> 10}k")
@@ -142,7 +146,7 @@ def _design(assign: dict, where: str) -> Design:
         except ValueError as e:
             raise SpecError(f"{where}: {e}") from None
         chip.update(rows=cfg.rows, cols=cfg.cols)
-    for k in ("rows", "cols", "operand_depth", "acc_depth", "cmdq_depth", "cmd_fifo_depth", "vector"):
+    for k in ("rows", "cols", "operand_depth", "acc_depth", "cmdq_depth", "cmd_fifo_depth", "trace_depth", "vector"):
         if k in a:
             chip[k] = a.pop(k)
     if "sram_depth" in a:
