@@ -243,11 +243,25 @@ def feed_cycles(cmd: int, min_matmul_cycles: int) -> int:
     return k if k > min_matmul_cycles else min_matmul_cycles
 
 
+_PLANS: dict[int, tuple] = {}  # id(layout) -> (layout, its fields as (name, offset, mask, sub-layout or None))
+
+
+def _plan(layout) -> tuple:
+    """A layout's fields as plain ints, read once: walking an Amaranth layout computes each field's
+    width again (11.6 us per decode of a command, most of it there)."""
+    got = _PLANS.get(id(layout))
+    if got is None or got[0] is not layout:
+        fields = tuple((name, f.offset, (1 << f.width) - 1, f.shape if isinstance(f.shape, data.Layout) else None)
+                       for name, f in layout)
+        got = _PLANS[id(layout)] = (layout, fields)
+    return got[1]
+
+
 def _unpack(layout, word: int) -> dict:
     out = {}
-    for name, field in layout:
-        bits = (word >> field.offset) & ((1 << field.width) - 1)
-        out[name] = _unpack(field.shape, bits) if isinstance(field.shape, data.Layout) else bits
+    for name, off, mask, sub in _plan(layout):
+        bits = (word >> off) & mask
+        out[name] = _unpack(sub, bits) if sub is not None else bits
     return out
 
 

@@ -62,6 +62,29 @@ def sim(request) -> str:
 _RUNS: dict = {}
 
 
+@pytest.fixture(params=["interpreter", pytest.param("verilator", marks=pytest.mark.sim)])
+def on_chip(request):
+    """A test run on both chips: ``on_chip(job, variant, **kwargs)`` runs the job function on the
+    interpreter (interp/, in this process) or in a Verilator job on the RTL, and returns its value;
+    ``on_chip.kind`` says which. A test that passes on the interpreter and fails on the RTL (or the
+    other way round) is a difference between the model and the chip, and names its parameter."""
+    kind = request.param
+
+    def run(job, variant, **kwargs):
+        if kind == "interpreter":
+            from interp.jobs import run_job
+
+            return run_job(job, kwargs, config=variant.config, board=variant.resolved_board,
+                           revision=variant.revision).value
+        from cosim.jobs import run_job
+
+        require_sim(kind)
+        return run_job(job, kwargs, variant=variant, sim=kind).value
+
+    run.kind = kind
+    return run
+
+
 def cocotb_results(module: str, sim: str, tmp_root: Path, **kwargs) -> dict[str, dict]:
     """Run every test of a cocotb module once per (module, sim, variant) in this worker."""
     from cosim.jobs import run_cocotb_module

@@ -24,6 +24,7 @@ import golden
 from cosim.build import HarnessError, running_children
 from firstlight.session import ChipError, ChipTimeout, SessionClosed, SessionDied
 from firstlight.session.wire import PeerClosed, recv_message, send_message
+from rtl import isa
 
 from conftest import SEED, SMALL_CHIP, VECTOR_CHIP, require_sim
 
@@ -280,8 +281,9 @@ def test_submit_raises_the_error_its_own_stream_caused(chip):
     a = np.arange(16, dtype=np.int8).reshape(4, 4)
     c, _ = chip.gemm(a, a)
     assert np.array_equal(c, a.astype(np.int32) @ a.astype(np.int32))
-    with pytest.raises(ValueError, match="one 64-bit word"):
-        chip.submit([1 << 64])
+    with pytest.raises(ValueError, match="one 128-bit word"):
+        chip.submit([1 << 128])
+    chip.submit([isa.nop(), isa.nop(tag=7)])  # a real command is accepted (it was refused as over 64 bits)
 
 
 def test_csr_misuse_is_the_python_exception_a_user_expects(chip):

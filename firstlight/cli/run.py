@@ -27,6 +27,7 @@ from .common import (
     add_rev_option,
     add_seed_option,
     add_sim_option,
+    add_trace_depth_option,
     cells,
     check_output_dir,
     console,
@@ -46,6 +47,12 @@ __all__ = ["add_parser", "cmd"]
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     """The options every ``run <kernel>`` takes."""
     add_sim_option(p, help=f"simulator to run on (default: {DEFAULT_SIM})")
+    p.set_defaults(sim=None)  # given or not: --interpret runs on none and refuses one named
+    p.add_argument("--interpret", action="store_true",
+                   help="run on the interpreter instead of a simulator: the same compiled stream on a numpy model "
+                        "of the chip (interp/, docs/interpret.md), in about a second and with no build; the same "
+                        "bits as the RTL, but no cycles (no timing model yet) and no trace or waveform. It models "
+                        "revisions without defects only (B1, its default)")
     add_array_option(p, help="systolic array size, e.g. 4x4 (default) or 8x8")
     add_seed_option(p, help="seed for the random operands (default: 1)")
     add_json_option(p, help="also write the result as JSON")
@@ -59,12 +66,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", type=Path, default=None, metavar="PATH",
                    help="record the chip's trace buffer and write it as a Chrome trace (open in ui.perfetto.dev "
                         "or chrome://tracing): one track per unit (DMA in, DMA out, matrix engine, reduction unit, "
-                        "command stream)")
-    add_rev_option(p, help="silicon revision to build (default A0); the kernels read REV from the chip and apply "
-                   "that revision's mitigations")
+                        "vector unit, command stream); the chip keeps the first --trace-depth events")
+    add_rev_option(p, default=None, help="silicon revision to build (default A0; B1 with --interpret); the kernels "
+                   "read REV from the chip and apply that revision's mitigations")
     p.add_argument("--errata-policy", action="append", default=[], metavar="ID=auto|on|off",
                    help="override one erratum's mitigation (repeatable), e.g. FL-ME-002=off")
     add_formats_option(p)
+    add_trace_depth_option(p)
     add_dram_options(p)
     uses_build_cache(p)
 
@@ -157,8 +165,33 @@ def _policy(items: list[str]) -> dict[str, str]:
         raise CannotStart(str(e)) from None
 
 
+def _check_interpretable(args) -> None:
+    """--interpret with what it cannot do is refused by name, before anything runs."""
+    from interp import MODELLED_REVISIONS
+
+    given = [flag for flag, on in (("--sim", args.sim is not None), ("--trace", args.trace is not None),
+                                   ("--waves", args.waves or args.waves_dir is not None),
+                                   ("--trace-depth", args.trace_depth is not None)) if on]
+    if given:
+        raise CannotStart(f"--interpret runs on no simulator, so it takes no {', '.join(given)}: the interpreter has "
+                          "no clock, trace buffer or waveform (docs/interpret.md); drop --interpret to run on the RTL")
+    if args.rev not in MODELLED_REVISIONS:
+        from workarounds import resolve
+
+        errata = ", ".join(sorted(resolve(args.rev, None, warn=False).active)) or "its defects"
+        raise CannotStart(f"--interpret models revisions without defects ({', '.join(MODELLED_REVISIONS)}), not "
+                          f"{args.rev}: its errata ({errata}) change what the chip computes, and the interpreter "
+                          f"would compute the fixed chip instead; drop --interpret to run {args.rev} on the RTL")
+
+
 def cmd(args) -> int:
-    require_sim(args.sim)
+    if args.interpret:
+        args.rev = args.rev or "B1"
+        _check_interpretable(args)
+    else:
+        args.rev = args.rev or "A0"
+        args.sim = args.sim or DEFAULT_SIM
+        require_sim(args.sim)
     policy = _policy(args.errata_policy)
     variant = variant_from_args(args)
 
@@ -176,6 +209,10 @@ def cmd(args) -> int:
         return EXIT_OK
     kwargs.update(seed=args.seed, extremes=args.extremes, errata_policy=policy, trace=args.trace is not None)
     cfg = variant.config
+    if args.interpret:
+        console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "
+                            f"interpreted, revision {args.rev}, seed {args.seed}"))
+        return _interpret_and_report(args, job, kwargs, variant)
     console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "
                         f"{args.sim}, revision {args.rev}, seed {args.seed}"))
     # the job's folder: the waveform's (kept), or one in the system temp directory, removed when
@@ -185,6 +222,47 @@ def cmd(args) -> int:
         if folder is not None:
             folder.passed = code == EXIT_OK
     return code
+
+
+def _interpret_and_report(args, job, kwargs: dict, variant) -> int:
+    """The run on the interpreter: the result against the golden, what the stream moved and
+    computed, and the interpreter's own time; no cycles, which it does not model."""
+    from interp.jobs import run_job
+
+    res = run_job(job, kwargs, config=variant.config, board=variant.resolved_board, revision=args.rev)
+    v = res.value
+    st = v["stats"]
+    host = st.get("host", {})
+    out = {"kernel": args.kernel, "shape": st["shape"], "array": st["array"], "sim": "interpreter",
+           "revision": st["revision"], "seed": args.seed, "passed": v["passed"], "mismatch": v["mismatch"],
+           "cycles": None, "dram_bytes": st.get("dram_bytes"), "compulsory_bytes": st.get("compulsory_bytes"),
+           "macs_issued": st.get("macs_issued"), "commands": host.get("commands"),
+           "mitigations": st.get("mitigations", []), "interpret_s": res.run_s, "stats": st}
+    if "sqnr_db" in v:
+        out["sqnr_db"] = v["sqnr_db"]
+    t = Table(show_header=False, box=None)
+    t.add_row(*cells("result", plain(("PASS", "green"), " (bit-exact vs golden)") if v["passed"]
+                     else plain(("FAIL", "red"), f" {describe_mismatch(v['mismatch'])}")))
+    if v.get("sqnr_db") is not None:
+        t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
+    t.add_row(*cells("cycles", "not modelled: the interpreter has no timing model yet; run without --interpret "
+                     "for the RTL's cycles"))
+    if host.get("commands") is not None:
+        t.add_row(*cells("commands", f"{host['commands']:,}"))
+    if st.get("dram_bytes") is not None:
+        t.add_row(*cells("DRAM bytes", f"{st['dram_bytes']:,} moved, {st['compulsory_bytes']:,} compulsory"))
+    if st.get("macs_issued"):
+        t.add_row(*cells("MACs issued", f"{st['macs_issued']:,}"))
+    t.add_row(*cells("interpreter", f"{res.run_s:.3f} s (inputs, stream and golden check; no build)"))
+    t.add_row(*cells("mitigations applied", ", ".join(st.get("mitigations", [])) or "none"))
+    console.print(t)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        from firstlight.provenance import with_provenance
+
+        args.json.write_text(json.dumps(with_provenance(out, None, args.command_line), indent=2))
+        console.print(plain(f"wrote {args.json}"))
+    return EXIT_OK if v["passed"] else EXIT_FAIL
 
 
 def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) -> int:
@@ -271,15 +349,18 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
     for w in st.get("errata_warnings", []):
         err_console.print(plain(("WARNING: ", "bold red"), w))
     if args.trace is not None and v.get("trace") is not None:
-        from firstlight.trace import Trace, write_chrome_trace
+        from firstlight.trace import Trace, dropped_note, write_chrome_trace
 
         tr = Trace.from_summary(v["trace"])
         write_chrome_trace(tr, args.trace, meta={"command": f"firstlight run {args.kernel} {shape}",
                                                   "revision": st["revision"], "sim": args.sim, "seed": args.seed,
                                                   "array": st["array"], "dram": st["dram"]})
-        note = f", {tr.dropped:,} more dropped: the trace buffer was full" if tr.dropped else ""
-        console.print(plain(f"trace: {args.trace} ({len(tr):,} events{note})"), soft_wrap=True)
+        console.print(plain(f"trace: {args.trace} ({len(tr):,} events)"), soft_wrap=True)
+        note = dropped_note(tr)
+        if note:  # once, on stderr with the other warnings: not on stdout too
+            err_console.print(plain(("WARNING: ", "bold red"), note), soft_wrap=True)
         out["trace"] = str(args.trace)
+        out["trace_dropped"] = tr.dropped
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         from firstlight.bringup.report import with_provenance

@@ -120,6 +120,12 @@ def _close_all() -> None:  # the interpreter is exiting: no simulator may outliv
         s.close(timeout_s=5.0)
 
 
+def _known_revisions():
+    from rtl.revisions import REVISIONS
+
+    return REVISIONS
+
+
 def _variant(rev: str, array, config, formats, vector, sram_depth, board):
     from dataclasses import replace
 
@@ -140,7 +146,7 @@ def _variant(rev: str, array, config, formats, vector, sram_depth, board):
     if vector is not None:
         config = replace(config, vector=bool(vector))
     if sram_depth is not None:
-        config = replace(config, operand_depth=sram_depth, acc_depth=sram_depth, cmdq_depth=sram_depth)
+        config = config.with_sram_depth(sram_depth)  # as --sram-depth: every SRAM, the trace buffer too
     if isinstance(board, dict):  # the board's fields by name, as a TOML table or JSON would give them
         from dataclasses import fields
 
@@ -156,17 +162,22 @@ def _variant(rev: str, array, config, formats, vector, sram_depth, board):
     return Variant(config=config, revision=name, board=board)
 
 
-def open(rev: str = "A0", sim: str = "verilator", array: str = "4x4", *, config=None, formats=None,
+def open(rev: str | None = None, sim: str = "verilator", array: str = "4x4", *, config=None, formats=None,
          vector: bool | None = None, sram_depth: int | None = None, board=None, errata: dict | list | None = None,
-         watchdog_cycles: int | None = None, work_dir: Path | None = None) -> "Session":
+         watchdog_cycles: int | None = None, work_dir: Path | None = None, interpret: bool = False) -> "Session":
     """Build (cached) and start a chip; return the open :class:`Session` (a context manager).
 
     Parameters
     ----------
     rev : str
-        Silicon revision ("A0", "A1", "B0", "B1"); the software reads it back from REV and applies
-        the errata mitigations for it (``errata``: a policy such as ``{"FL-ME-002": "off"}``).
+        Silicon revision ("A0", "A1", "B0", "B1"; default A0, B1 with ``interpret``); the software
+        reads it back from REV and applies the errata mitigations for it (``errata``: a policy
+        such as ``{"FL-ME-002": "off"}``).
     sim : {"verilator", "icarus"}
+    interpret : bool
+        Serve the calls from the interpreter (interp/, docs/interpret.md) in a thread of this
+        process instead of a simulator: no build, the RTL's bits, no cycles (``KernelStats.cycles``
+        is 0). Revisions without defects only (B1); ``sim`` is not used.
     array : str
         ``"ROWSxCOLS"``; or pass a whole ``config`` (:class:`rtl.config.ChipConfig`). ``formats``,
         ``vector`` and ``sram_depth`` then change it (an int8-only chip builds and runs faster).
@@ -178,7 +189,7 @@ def open(rev: str = "A0", sim: str = "verilator", array: str = "4x4", *, config=
     """
     return Session(rev=rev, sim=sim, array=array, config=config, formats=formats, vector=vector,
                    sram_depth=sram_depth, board=board, errata=errata, watchdog_cycles=watchdog_cycles,
-                   work_dir=work_dir)
+                   work_dir=work_dir, interpret=interpret)
 
 
 class Session:
@@ -206,16 +217,26 @@ class Session:
         (``kernels_error`` says why; the other calls still work).
     """
 
-    def __init__(self, *, rev="A0", sim="verilator", array="4x4", config=None, formats=None, vector=None,
-                 sram_depth=None, board=None, errata=None, watchdog_cycles=None, work_dir=None):
+    def __init__(self, *, rev=None, sim="verilator", array="4x4", config=None, formats=None, vector=None,
+                 sram_depth=None, board=None, errata=None, watchdog_cycles=None, work_dir=None, interpret=False):
         from cosim.toolchain import SIMULATORS, find_simulator
         from workarounds import parse_policy
 
-        if sim not in SIMULATORS:
-            raise ValueError(f"unknown simulator {sim!r}; accepted: {', '.join(SIMULATORS)}")
-        find_simulator(sim)  # SimulatorMissing says how to install it, before the build
-        self.variant = _variant(rev, array, config, formats, vector, sram_depth, board)
-        self.sim = sim
+        self.interpreted = bool(interpret)
+        if self.interpreted:
+            from interp import MODELLED_REVISIONS
+
+            rev = rev or "B1"
+            if str(rev).strip().upper() not in MODELLED_REVISIONS and str(rev).strip().upper() in _known_revisions():
+                raise ValueError(f"interpret=True models revisions without defects ({', '.join(MODELLED_REVISIONS)}), "
+                                 f"not {rev}: its defects change what the chip computes, and the interpreter would "
+                                 f"compute the fixed chip instead; open {rev} on a simulator (interpret=False)")
+        else:
+            if sim not in SIMULATORS:
+                raise ValueError(f"unknown simulator {sim!r}; accepted: {', '.join(SIMULATORS)}")
+            find_simulator(sim)  # SimulatorMissing says how to install it, before the build
+        self.variant = _variant(rev or "A0", array, config, formats, vector, sram_depth, board)
+        self.sim = "interpreter" if self.interpreted else sim
         if errata is not None and not isinstance(errata, (dict, list, tuple)):
             raise TypeError(f"errata is a policy such as {{'FL-ME-002': 'off'}} or ['FL-ME-002=off'], "
                             f"not {type(errata).__name__}")
@@ -258,6 +279,13 @@ class Session:
 
         def run():
             try:
+                if self.interpreted:  # the same request loop, on the interpreter, in this thread
+                    from interp.jobs import run_job as interpret_job
+
+                    self._outcome["result"] = interpret_job(serve_session, kwargs, config=self.variant.config,
+                                                            board=self.variant.resolved_board,
+                                                            revision=self.variant.revision).value
+                    return
                 self._outcome["result"] = run_job(serve_session, kwargs, variant=self.variant, sim=self.sim,
                                                   work_dir=self._work)
             except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
@@ -314,8 +342,14 @@ class Session:
                            getattr(err, "returncode", None))
 
     def _kill(self) -> None:
-        """Stop the simulator process group now (SIGTERM, then SIGKILL)."""
+        """Stop the simulator process group now (SIGTERM, then SIGKILL). Interpreted, the loop
+        is a thread of this process: closing its socket ends it (no signal: the pid is ours)."""
         if self._thread is None:
+            return
+        if self.interpreted:
+            if self._sock is not None:
+                self._sock.close()
+            self._thread.join(5)
             return
         pg = self.pgid if self.pgid == self.pid else None
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -373,7 +407,7 @@ class Session:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"pid {self.pid}"
+        state = "closed" if self._closed else "in this process" if self.interpreted else f"pid {self.pid}"
         return f"<firstlight.Session {self.sim} {self.variant.config.rows}x{self.variant.config.cols} " \
                f"rev {getattr(self, 'revision', '?')}, {state}>"
 
@@ -385,6 +419,9 @@ class Session:
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1):
             raise ValueError(f"budget_cycles is a positive number of cycles (or None: the watchdog's default), "
                              f"not {budget!r}")
+        if request == "crash" and self.interpreted:
+            raise ValueError("an interpreted session runs in this process: crash would end the caller, not a "
+                             "simulator; it is for sessions on a simulator")
         with self._lock:
             if self._closed:
                 raise SessionClosed("this session is closed; open a new one with firstlight.open(...)")
@@ -583,10 +620,12 @@ class Session:
         """Queue raw command words (rtl.isa constructors) through the errata stream passes and,
         with ``wait``, wait for idle under the watchdog and raise :class:`ChipError` if the stream
         set ERR (without ``wait``, the next call that checks ERR reports it)."""
+        from rtl.isa import COMMAND_BITS
+
         words = [int(c) for c in commands]
-        bad = next((w for w in words if not 0 <= w < 1 << 64), None)
-        if bad is not None:
-            raise ValueError(f"a command is one 64-bit word (rtl.isa constructors make them), not {bad:#x}")
+        bad = next((w for w in words if not 0 <= w < 1 << COMMAND_BITS), None)
+        if bad is not None:  # (it said 64 bits and refused every command the rtl.isa constructors make)
+            raise ValueError(f"a command is one {COMMAND_BITS}-bit word (rtl.isa constructors make them), not {bad:#x}")
         self.call("submit", commands=words, budget_cycles=budget_cycles, wait=wait)
 
     def ping(self) -> float:
