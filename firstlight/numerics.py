@@ -333,7 +333,7 @@ def run_numerics(*, sim: str, revision: str, recipes: list[str], dists: list[str
               "harness_error": harness}
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)
-        from firstlight.bringup.report import with_provenance
+        from firstlight.provenance import with_provenance
 
         (report_dir / "numerics.json").write_text(json.dumps(with_provenance(result), indent=2, default=str))
         _plot(result, report_dir / "numerics.png")

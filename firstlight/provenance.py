@@ -10,7 +10,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["git_commit", "tool_versions", "with_provenance", "provenance", "png_metadata"]
+__all__ = ["git_commit", "tool_versions", "package_versions", "with_provenance", "provenance", "png_metadata"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,17 +34,21 @@ def git_commit() -> tuple[str, bool | None]:
     return commit, (bool(status) if status is not None else None)
 
 
-def tool_versions(sim: str | None) -> dict[str, str]:
+def package_versions(names, missing: str | None = "unknown") -> dict[str, str | None]:
+    """Each installed distribution's version by name (``missing`` for one not installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    def dist(name: str) -> str:
+    out = {}
+    for name in names:
         try:
-            return version(name)
+            out[name] = version(name)
         except PackageNotFoundError:
-            return "unknown"
+            out[name] = missing
+    return out
 
-    out = {"python": platform.python_version(), "firstlight": dist("firstlight"), "amaranth": dist("amaranth"),
-           "cocotb": dist("cocotb")}
+
+def tool_versions(sim: str | None) -> dict[str, str]:
+    out = {"python": platform.python_version(), **package_versions(("firstlight", "amaranth", "cocotb"))}
     if sim:
         from cosim.toolchain import SimulatorMissing, find_simulator
 

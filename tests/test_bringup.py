@@ -436,6 +436,38 @@ def test_a_row_names_its_mitigations_once():
     assert _key_figure({"figures": {"mitigations": []}, "details": ""}) == "mitigations: none"
 
 
+def test_the_table_at_80_columns_is_a_line_a_stage_and_breaks_no_word():
+    """issue 38: at 80 columns the table ran to 150 lines with identifiers broken mid-word
+    ("ERR/ERR_COUN" / "T"). Narrow: a stage that passed shows its key figure, one that failed its
+    reason, whole words only; wide: both columns, as before."""
+    import io
+
+    from rich.console import Console
+
+    from firstlight.bringup.plan import STAGES
+    from firstlight.bringup.run import WIDE_TABLE, bringup_table
+
+    long = ("NOP/FENCE retire, bad commands set ERR/ERR_CMD/ERR_COUNT exactly and the chip goes on; STATUS, FIFO "
+            "level and the idle pin track a busy chip; MACS/ENGINE_BUSY/REDUCE_BUSY count exactly")
+    rows = {st.name: {"status": "passed", "duration_s": 0.5, "details": long, "figures": {"cells": 900}}
+            for st in STAGES}
+    rows["dram"] = {"status": "failed", "duration_s": 0.1, "figures": {},
+                    "details": "DRAM byte 0x40: DMA_STORE/DMA_LOAD read 0x00, expected 0xff (address line 6)"}
+
+    def render(width):
+        buf = io.StringIO()
+        Console(file=buf, width=width, color_system=None).print(bringup_table(rows, "bringup", width))
+        return buf.getvalue()
+
+    narrow = render(80)
+    body = [line for line in narrow.splitlines() if line.startswith("│")]
+    assert len(body) == len(STAGES) + 1, narrow  # one line a stage; the failure's reason takes two
+    assert "ERR_COUN" not in narrow and "cells: 900" in narrow and "address line 6" in narrow.replace("\n", " ")
+    assert "report.md" in narrow and max(map(len, narrow.splitlines())) <= 80
+    wide = render(WIDE_TABLE + 40)
+    assert "reason / details" in wide and "ERR/ERR_CMD/ERR_COUNT" in wide
+
+
 @pytest.mark.sim
 def test_waves_record_the_failed_stage_again_on_a_traced_build(tmp_path, capsys):
     """bringup had no --waves (run has): a failed stage is now run again, with what it depends

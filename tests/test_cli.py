@@ -434,7 +434,10 @@ def test_run_hands_the_job_function_and_its_policy(fake_jobs, tmp_path, capsys):
                               "roof_utilization", "overlap")} == {
         "dram_bytes": 24, "compulsory_bytes": 20, "intensity": 1.0, "attainable_cycles": 20, "bound": "memory",
         "roof_utilization": 0.5, "overlap": 1.2}
-    assert "FL-ME-002 is off" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "FL-ME-002 is off" in err
+    # issue 38: a run says what it is doing before the silent part (a pipe: one line, no spinner)
+    assert "gemm on verilator: building (cached after the first time) and simulating ..." in err
     assert cli.main(["run", "reduce", "--rows", "2", "--cols", "5", "--op", "max", "--extremes"]) == cli.EXIT_OK
     fn, kwargs, _ = fake_jobs[-1]
     assert fn is tile_job

@@ -736,7 +736,7 @@ def test_version_comes_from_the_package_metadata_with_the_commit_and_the_tools(c
     """issue 38: --version adds the commit and the simulator versions (what a bug report needs)."""
     from importlib.metadata import version
 
-    from firstlight.bringup.report import git_commit
+    from firstlight.provenance import git_commit
 
     assert cli.main(["--version"]) == cli.EXIT_OK
     lines = capsys.readouterr().out.strip().splitlines()

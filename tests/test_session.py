@@ -242,7 +242,11 @@ def test_two_sessions_at_once_and_a_killed_simulator_is_a_clear_error():
 
 def test_the_simulator_ends_with_its_callers_process(tmp_path):
     """A caller killed without closing (no atexit, no finally): its socket closes and the
-    request loop ends the simulator."""
+    request loop ends the simulator; its folder is left, and the next open() removes it (issue
+    38: "unnamed leftovers after interrupts go"), but not a folder kept for a diagnosis nor one
+    of a live process."""
+    from firstlight.session import FOLDER_PREFIX, KEPT_MARKER, reap_orphan_folders
+
     require_sim("verilator")
     script = textwrap.dedent(f"""
         import os, signal, sys
@@ -250,15 +254,26 @@ def test_the_simulator_ends_with_its_callers_process(tmp_path):
         import firstlight
         from rtl.config import ChipConfig
         s = firstlight.open(rev="B1", config=ChipConfig(**{SMALL_CHIP.as_dict()!r}))
-        print(s.pid, flush=True)
+        print(s.pid, os.getpid(), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env,
                          cwd=tmp_path)
     assert out.returncode == -signal.SIGKILL, out.stderr
-    pid = int(out.stdout.split()[0])
+    pid, caller = map(int, out.stdout.split()[:2])
     assert _gone_within(pid, 20), f"simulator {pid} outlived its killed caller"
+    left = list(temp.glob(f"{FOLDER_PREFIX}{caller}-*"))
+    assert len(left) == 1, sorted(p.name for p in temp.iterdir())
+    kept = temp / f"{FOLDER_PREFIX}{caller}-kept"
+    kept.mkdir()
+    (kept / KEPT_MARKER).write_text("SessionDied: ...")
+    mine = temp / f"{FOLDER_PREFIX}{os.getpid()}-live"
+    mine.mkdir()
+    assert reap_orphan_folders(temp) == left
+    assert not left[0].exists() and kept.exists() and mine.exists()
 
 
 def test_icarus_serves_a_session_too():
@@ -321,3 +336,26 @@ def test_open_refuses_bad_arguments_before_a_simulator_starts(kw, exc, needle, t
     with pytest.raises(exc, match=needle):
         firstlight.open(rev="B1", work_dir=tmp_path / "w", **kw)
     assert running_children() == before and not (tmp_path / "w").exists()
+
+
+def test_a_closed_session_leaves_no_folder_and_a_dead_simulators_is_kept_marked():
+    """Its folder (named for this process) goes with a clean close; a simulator that died keeps
+    its folder for the log the error names, marked so that no later open() reaps it."""
+    import tempfile
+
+    import firstlight
+    from firstlight.session import FOLDER_PREFIX, KEPT_MARKER
+
+    require_sim("verilator")
+    temp = Path(tempfile.gettempdir())
+    mine = lambda: set(temp.glob(f"{FOLDER_PREFIX}{os.getpid()}-*"))  # noqa: E731
+    before = mine()
+    with firstlight.open(rev="B1", config=SMALL_CHIP) as s:
+        assert len(mine() - before) == 1
+        s.ping()
+    assert mine() == before, "a cleanly closed session left its folder"
+    s = firstlight.open(rev="B1", config=SMALL_CHIP)
+    with pytest.raises(SessionDied):
+        s.crash()
+    (kept,) = mine() - before
+    assert "SIGABRT" in (kept / KEPT_MARKER).read_text() and (kept / "sim.log").exists()

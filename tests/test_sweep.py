@@ -88,6 +88,23 @@ def test_a_pair_the_design_cannot_run_is_not_applicable_not_an_error():
     assert s.skipped == (("4x4-op64-acc64-q1024-int8-novec-bw1-lat32-A0", "layernorm-4x8", "needs the vector unit"),)
 
 
+def test_a_workload_too_big_for_the_boards_dram_is_not_applicable_with_the_compilers_reason():
+    """The DRAM need is the compiler's placement of the kernel's tensors (kernels/tile/runtime.py
+    check_dram), not a formula of the sweep's own: gemm and gemm_lowp's int8 and FP kernels."""
+    s = parse_spec(_spec(grid={"dram_bytes": [16384, 1 << 20], "formats": "int8+e4m3"}, workload=[
+        {"kind": "gemm", "m": 64, "n": 64, "k": 64}, {"kind": "gemm", "m": 8, "n": 8, "k": 16},
+        {"kind": "gemm_lowp", "m": 64, "n": 64, "k": 64, "recipe": "int8-channel"},
+        {"kind": "gemm_lowp", "m": 64, "n": 64, "k": 64, "recipe": "mxfp8-e4m3-rceil"}]))
+    assert {d for d, _, _ in s.skipped} == {"4x4-op64-acc64-q1024-int8+e4m3-novec-bw1-lat32-dram16k-A0"}
+    why = {w: r for _, w, r in s.skipped}
+    assert set(why) == {"gemm-64x64x64", "gemm-64x64x64-int8-channel", "gemm-64x64x64-mxfp8-e4m3-rceil"}, why
+    assert why["gemm-64x64x64"].startswith("the kernel's tensors need ") and \
+        why["gemm-64x64x64"].endswith("but the board has 16,384: build a larger board (--dram-size) or a smaller problem")
+    assert why["gemm-64x64x64-int8-channel"] == why["gemm-64x64x64"], "an int8 recipe runs the int8 GEMM"
+    assert why["gemm-64x64x64-mxfp8-e4m3-rceil"].startswith("the kernel's tensors need "), why
+    assert why["gemm-64x64x64-mxfp8-e4m3-rceil"] != why["gemm-64x64x64"], "an FP recipe: gemm_fp's tensors, scales too"
+
+
 def test_the_bundled_spec_is_ci_sized():
     """12 design points x 4 workloads or more (the issue), all of them int8-only chips without
     the vector unit (the quick builds), every pair applicable."""

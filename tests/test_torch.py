@@ -93,6 +93,47 @@ def test_every_custom_op_passes_opcheck_and_matches_fp32(chip, name):
     assert len(led) == 1 and led[0].op == name and led[0].cycles > 0
 
 
+def _qlinear_case(seed=SEED):
+    from golden.epilogue import calibrate_scales
+
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (2, 3, 24), dtype=np.int8)
+    w = rng.integers(-128, 128, (5, 24), dtype=np.int8)
+    bias = rng.integers(-(2**12), 2**12, 5).astype(np.int32)
+    scale = calibrate_scales(x.reshape(-1, 24), np.ascontiguousarray(w.T), bias).astype(np.float32)
+    return x, w, bias, scale
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("where", ["rtl", "interpreter"])
+def test_qlinear_runs_the_fused_epilogue_bit_exact(chip, relu, where):
+    """issue 38: the GEMM's fused bias + per-channel requantization (+ ReLU) reached torch only as
+    host-side fp32 after a dequantized product. firstlight::qlinear is int8 in, int8 out, the
+    epilogue on the chip: bit-exact against golden.epilogue, on the RTL and on an interpreted
+    session (firstlight.open(interpret=True) serves the torch operators too)."""
+    import firstlight
+    import firstlight.torch as flt
+    from golden.epilogue import gemm_epilogue
+
+    x, w, bias, scale = _qlinear_case()
+    want = gemm_epilogue(x.reshape(-1, 24), np.ascontiguousarray(w.T), bias, scale.astype(np.float64), relu)
+    session = chip if where == "rtl" else firstlight.open(interpret=True, config=VECTOR_CHIP)
+    try:
+        h = flt.handle(session)
+        args = (torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), torch.from_numpy(scale), relu, h)
+        if where == "rtl":
+            torch.library.opcheck(torch.ops.firstlight.qlinear, args)
+        got = torch.ops.firstlight.qlinear(*args)
+        assert got.dtype == torch.int8 and got.shape == (2, 3, 5)
+        assert np.array_equal(got.numpy().reshape(-1, 5), want), REPRO
+        assert flt.ledger(session)[-1].op == "qlinear"
+        with pytest.raises(TypeError, match="x must be torch.int8, not torch.float32"):
+            torch.ops.firstlight.qlinear(args[0].float(), *args[1:])
+    finally:
+        if where == "interpreter":
+            session.close()
+
+
 def test_a_recipe_the_chip_cannot_run_is_refused_with_the_ones_it_can(chip):
     import firstlight.torch as flt
 

@@ -11,9 +11,7 @@ from pathlib import Path
 
 from junitparser import JUnitXml
 
-from firstlight.provenance import git_commit, provenance, tool_versions, with_provenance  # noqa: F401 (their old home)
-
-__all__ = ["with_provenance", "write_reports", "markdown", "junit", "provenance", "summary_line", "long_details", "stage_text"]
+__all__ = ["write_reports", "markdown", "junit", "summary_line", "long_details", "stage_text"]
 
 SUMMARY_CHARS = 300
 

@@ -31,9 +31,10 @@ from rich.table import Table
 from rich.text import Text
 
 from firstlight.errors import EXIT_FAIL, EXIT_HARNESS_ERROR, EXIT_OK, Interrupted, shielded
+from firstlight.provenance import provenance
 
 from .plan import STAGES, closure
-from .report import _key_figure, has_more, long_details, provenance, summary_line, write_reports
+from .report import _key_figure, has_more, long_details, summary_line, write_reports
 
 __all__ = ["run_bringup", "assemble", "bringup_table"]
 
@@ -42,19 +43,35 @@ STYLE = {"passed": "green", "failed": "bold red", "error": "bold magenta", "inte
 FINISHED = ("passed", "failed", "error", "interrupted", "blocked", "skipped")
 
 
-def bringup_table(rows: dict, title: str) -> Table:
-    """The stage table; every text in it is a :class:`rich.text.Text`, never parsed as markup."""
-    t = Table(title=Text(title))
+# Below this width the details column gets under 25 characters: words break mid-identifier and an
+# 80-column table ran to 150 lines. A narrower console gets one column of text per stage instead.
+WIDE_TABLE = 120
+
+
+def bringup_table(rows: dict, title: str, width: int | None = None) -> Table:
+    """The stage table; every text in it is a :class:`rich.text.Text`, never parsed as markup.
+    Narrower than :data:`WIDE_TABLE` columns, a stage that passed shows its key figure and one
+    that did not its reason (report.md has every stage's details); wider, both columns."""
+    narrow = width is not None and width < WIDE_TABLE
+    t = Table(title=Text(title), caption=Text("details of every stage: report.md (or a terminal of "
+                                               f"{WIDE_TABLE} columns)") if narrow else None)
     t.add_column("stage", no_wrap=True)
     t.add_column("result", no_wrap=True)
     t.add_column("time s", no_wrap=True, justify="right")
-    t.add_column("key figure", overflow="fold")
-    t.add_column("reason / details", overflow="fold")
+    if narrow:
+        t.add_column("key figure, or why not passed", overflow="fold", ratio=1)
+    else:
+        t.add_column("key figure", overflow="fold")
+        t.add_column("reason / details", overflow="fold")
     for st in STAGES:
         r = rows.get(st.name, {"status": "pending", "duration_s": 0.0, "details": "", "figures": {}})
         status = r["status"]
-        t.add_row(Text(st.name), Text(status, style=STYLE.get(status, "")), Text(f"{r.get('duration_s', 0.0):.2f}"),
-                  Text(_key_figure(r)), Text(summary_line(r)))
+        cells = [Text(st.name), Text(status, style=STYLE.get(status, "")), Text(f"{r.get('duration_s', 0.0):.2f}")]
+        if narrow:
+            cells.append(Text(_key_figure(r) if status == "passed" else summary_line(r)))
+        else:
+            cells += [Text(_key_figure(r)), Text(summary_line(r))]
+        t.add_row(*cells)
     return t
 
 
@@ -75,8 +92,9 @@ def _progress(console: Console, rows: dict, title: str):
     if not console.is_terminal:
         yield lambda: None
         return
-    with Live(bringup_table(rows, title), console=console, refresh_per_second=4, transient=True) as live:
-        yield lambda: live.update(bringup_table(rows, title))
+    with Live(bringup_table(rows, title, console.width), console=console, refresh_per_second=4,
+              transient=True) as live:
+        yield lambda: live.update(bringup_table(rows, title, console.width))
 
 
 def _culprit(rows: dict, selected: set[str], running: str | None) -> str | None:
@@ -198,7 +216,8 @@ def run_bringup(*, variant, sim: str, seed: int, only: list[str] | None, report_
                           harness_error=str(sim_error) if sim_error is not None else None,
                           duration_s=time.perf_counter() - t_run)
         stages = report["stages"]
-        console.print(Group(bringup_table({s["name"]: s for s in stages}, title), *_details_blocks(stages)))
+        console.print(Group(bringup_table({s["name"]: s for s in stages}, title, console.width),
+                            *_details_blocks(stages)))
         if report_dir:
             for p in write_reports(report, report_dir):
                 console.print(Text(f"wrote {p}"))

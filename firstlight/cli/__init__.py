@@ -77,7 +77,7 @@ def version_text() -> str:
     """``--version``: the package, the commit it runs from, and the tools a run depends on (the
     simulators as found on this machine), the facts a bug report needs."""
     from cosim.toolchain import SIMULATORS
-    from firstlight.bringup.report import git_commit, tool_versions
+    from firstlight.provenance import git_commit, tool_versions
 
     commit, dirty = git_commit()
     tools = {}

@@ -328,7 +328,7 @@ def cmd(args) -> int:
 
         harness |= not print_session_overhead(variant, sims, args.session_calls, args.seed)
     if args.json:
-        from firstlight.bringup.report import with_provenance
+        from firstlight.provenance import with_provenance
 
         args.json.write_text(json.dumps(with_provenance(rows + vrows, None, args.command_line), indent=2))
     return EXIT_HARNESS_ERROR if harness else EXIT_FAIL if failed else EXIT_OK

@@ -72,7 +72,7 @@ def limit_cmd(args, shapes: list[list[int]]) -> int:
     console.print(FittedTable(title, [h for h, _, _ in LIMIT_COLUMNS],
                               [[fmt(r[k]) for _, k, fmt in LIMIT_COLUMNS] for r in rows], keys=2))
     if args.json:
-        from firstlight.bringup.report import with_provenance
+        from firstlight.provenance import with_provenance
 
         args.json.write_text(json.dumps(with_provenance(rows, "verilator", getattr(args, "command_line", None)), indent=2))
     sys.stdout.flush()

@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.cells import cell_len
@@ -57,6 +58,7 @@ __all__ = [
     "positive",
     "add_sram_depth_option",
     "add_trace_depth_option",
+    "elapsed_status",
     "require_sim",
     "revision",
     "seed",
@@ -577,6 +579,23 @@ class FittedTable:
         for i, cols in enumerate(groups):
             title = self.title if len(groups) == 1 else f"{self.title} ({i + 1}/{len(groups)})"
             yield self._table(cols, title)
+
+
+@contextmanager
+def elapsed_status(what: str):
+    """Long work with no count to show (one simulator run): on a terminal, a transient line on
+    stderr with a spinner and the seconds so far; elsewhere (a pipe, a CI log) one line saying
+    what is running, so that a silent minute is never a mystery."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    if not err_console.is_terminal:
+        err_console.print(plain(f"{what} ..."))
+        yield
+        return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
+                  transient=True) as progress:
+        progress.add_task(what, total=None)
+        yield
 
 
 class Reporter:

@@ -110,7 +110,7 @@ def _list(args) -> int:
         t.add_row(*cells(e.id, _text(e.unit), e.category, e.title, *[status[r] for r in revs]))
     console.print(t)
     if args.json:
-        from firstlight.bringup.report import with_provenance
+        from firstlight.provenance import with_provenance
 
         args.json.write_text(json.dumps(with_provenance(rows, None, args.command_line), indent=2))
     return EXIT_OK
@@ -167,7 +167,7 @@ def _check_report(args, observed: dict, error: str | None) -> int:
                          "fired" if r["detected"] else "-", Text(r["verdict"], style=color), r["detail"]))
     console.print(t)
     if args.json:
-        from firstlight.bringup.report import with_provenance
+        from firstlight.provenance import with_provenance
 
         args.json.write_text(json.dumps(with_provenance({"revision": args.rev, "sim": args.sim, "rows": rows}, args.sim,
                                                         args.command_line), indent=2, default=_text))

@@ -133,7 +133,7 @@ def cmd(args) -> int:
     if fb:
         console.print(plain("on the CPU: ", "; ".join(fb)))
     if args.json:
-        from firstlight.bringup.report import with_provenance
+        from firstlight.provenance import with_provenance
 
         out = {**rows[0], "runs": rows, "command": args.command_line}
         args.json.write_text(json.dumps(with_provenance(out, args.sim, args.command_line), indent=2, default=str))

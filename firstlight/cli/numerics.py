@@ -72,11 +72,10 @@ def add_parser(subparsers) -> None:
 
 
 def _quiet_worker() -> None:
-    """A --special worker: Ctrl-C is the parent's to handle; SIGTERM (the parent ending the pool
-    on any signal) ends it at once, with no traceback."""
+    """A --special worker: SIGTERM (the parent ending the pool on any signal) ends it at once,
+    with no traceback (Ctrl-C is the parent's: ignored from birth, firstlight/workers.py)."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 

@@ -521,7 +521,7 @@ def cmd(args) -> int:
     for s in plan.skipped:
         console.print(plain(("skipping ", "yellow"), f"{_shape_text(s)} on Icarus (over {ICARUS_MAX_SIDE}^3 MACs; "
                             "give --shapes to run it)"))
-    from firstlight.bringup.report import provenance
+    from firstlight.provenance import provenance
 
     prov = provenance(args.sim, getattr(args, "command_line", None))
     m = Measurements(peak)
@@ -558,7 +558,7 @@ def cmd(args) -> int:
         if drawn:
             plot(m.chart, None if plan.sweep_shape is None else m.sweep, meta, args.out)
         if args.json:
-            from firstlight.bringup.report import with_provenance
+            from firstlight.provenance import with_provenance
 
             args.json.write_text(json.dumps(with_provenance(result, getattr(args, "sim", None),
                                                             getattr(args, "command_line", None)), indent=2, default=str))

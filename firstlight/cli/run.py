@@ -29,6 +29,7 @@ from .common import (
     add_sim_option,
     add_trace_depth_option,
     cells,
+    elapsed_status,
     check_output_dir,
     console,
     err_console,
@@ -271,7 +272,8 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
     cfg = variant.config
     t0 = time.perf_counter()
     try:
-        res = run_job(job, kwargs, variant=variant, sim=args.sim, waves=args.waves, work_dir=work)
+        with elapsed_status(f"{args.kernel} on {args.sim}: building (cached after the first time) and simulating"):
+            res = run_job(job, kwargs, variant=variant, sim=args.sim, waves=args.waves, work_dir=work)
     except SimulatorDied:
         raise  # a harness error (exit 3), not a result: the CLI reports it
     except JobFailed as e:
@@ -363,7 +365,7 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
         out["trace_dropped"] = tr.dropped
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        from firstlight.bringup.report import with_provenance
+        from firstlight.provenance import with_provenance
 
         args.json.write_text(json.dumps(with_provenance(out, args.sim, args.command_line), indent=2))
         console.print(plain(f"wrote {args.json}"))

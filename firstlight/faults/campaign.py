@@ -125,8 +125,7 @@ def _worker_init() -> None:
         kill_children_now()  # no locks or waits in a handler: another thread may hold them
         os._exit(128 + signum)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what a Ctrl-C means
+    signal.signal(signal.SIGTERM, stop)  # (SIGINT: ignored from birth, firstlight/workers.py)
 
 
 def _run_one_args(args) -> dict:
@@ -295,7 +294,7 @@ def _run_good(cfg, build, seed, watchdog) -> str | None:
 def write_report(result: CampaignResult, out_dir: Path, command: str) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     js = out_dir / "campaign.json"
-    from firstlight.bringup.report import with_provenance
+    from firstlight.provenance import with_provenance
 
     js.write_text(json.dumps(with_provenance({**result.to_dict(), "command": command}, result.sim, command), indent=2))
     md = out_dir / "campaign.md"

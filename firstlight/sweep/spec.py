@@ -312,34 +312,38 @@ def _workload(table, i: int, seed: int) -> Workload:
     return Workload(name, kind, tuple(sorted(p.items())), wseed)
 
 
-def _up(x: int, q: int) -> int:
-    return -(-x // q) * q
-
-
 def not_applicable(design: Design, w: Workload) -> str | None:
     """Why ``w`` cannot run on ``design`` (the design lacks something it needs), or None."""
     cfg, p = design.variant.config, w.p
     board = design.variant.resolved_board
     if workload_kinds()[w.kind].vector and not cfg.vector:
         return "needs the vector unit"
+    kernel = None  # the tile-language kernel that runs the workload, and its parameters
     if w.kind not in WORKLOAD_KINDS:  # a tile-language kernel: its declaration says why it refuses
-        from kernels.tile.spec import get
-
-        why = get(w.kind).refusal(cfg, p)
-        if why:
-            return why
-    if w.kind in ("gemm", "gemm_lowp"):
-        need = _up(p["m"], cfg.rows) * p["k"] + p["k"] * _up(p["n"], cfg.cols) + 4 * _up(p["m"], cfg.rows) * _up(p["n"], cfg.cols)
-        if w.kind == "gemm_lowp":
-            need *= 2  # fp32 staging is larger; a conservative bound
-        if need > board.dram_bytes:
-            return f"needs about {need:,} bytes of DRAM, the board has {board.dram_bytes:,}"
-    if w.kind == "gemm_lowp":
+        kernel = (w.kind, p)
+    elif w.kind == "gemm_lowp":
         from golden.quant import RECIPES
 
-        fmt = RECIPES[p["recipe"]].fmt
-        if fmt != "int8" and fmt not in cfg.formats:
-            return f"recipe {p['recipe']} needs the {fmt} format"
+        r = RECIPES[p["recipe"]]
+        if r.fmt != "int8" and r.fmt not in cfg.formats:
+            return f"recipe {p['recipe']} needs the {r.fmt} format"
+        # kernels/lowp.py: an int8 recipe runs the int8 GEMM, an FP one gemm_fp
+        dims = {k: p[k] for k in ("m", "n", "k")}
+        kernel = ("gemm", dims) if r.kind == "int8" else ("gemm_fp", {**dims, "recipe": p["recipe"]})
+    if kernel is not None:
+        from kernels.tile.ir import TileError
+        from kernels.tile.runtime import check_dram
+        from kernels.tile.spec import get
+
+        spec = get(kernel[0])
+        params = spec.resolve(kernel[1])
+        why = spec.refusal(cfg, params)
+        if why:
+            return why
+        try:  # the compiler's own DRAM placement, before anything is built
+            check_dram(cfg, spec.tensors(params), board.dram_bytes, board.bus_bytes)
+        except TileError as e:
+            return str(e)
     return None
 
 

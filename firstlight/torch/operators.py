@@ -13,6 +13,8 @@ What runs where:
 * ``mm``, ``addmm``, ``linear``, ``bmm``: ``kernels.lowp.gemm_lowp`` (quantize with the recipe,
   the matrix engine, dequantize). The dequantization scales and the bias are applied on the host
   in fp32, after the chip's integer (or FP) product: that is ``gemm_lowp``'s epilogue.
+* ``qlinear``: the quantized linear of int8 tensors, int8 out, with the bias and per-channel
+  requantization (and ReLU) in the GEMM's fused epilogue on the chip (``chip.gemm(..., scale=)``).
 * ``softmax``, ``layer_norm``, ``rms_norm``, ``gelu`` (tanh form), ``silu``: the tile kernels
   of those names, through the ATen binding of their declarations (KernelSpec.aten) and their
   generated operators (``torch.ops.firstlight_kernels.*``, :mod:`firstlight.torch.generated`);
@@ -115,6 +117,34 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, chi
 @linear.register_fake
 def _(x, weight, bias, chip, recipe):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.custom_op("firstlight::qlinear", mutates_args=())
+def qlinear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: torch.Tensor, relu: bool,
+            chip: int) -> torch.Tensor:
+    """The quantized linear, whole on the chip: int8 ``x`` (..., K) and ``weight`` (N, K), int32
+    ``bias`` (N,) or None, fp32 ``scale`` (N,) or one value; returns int8 (..., N) =
+    requant((x @ weight.T + bias) * scale), ReLU'd with ``relu``. The bias and the per-channel
+    requantization run in the GEMM's fused epilogue on the vector unit before each store
+    (kernels/tiled/gemm.py), bit-exact against golden.epilogue.gemm_epilogue; no float on the host."""
+    for name, t, want in (("x", x, torch.int8), ("weight", weight, torch.int8)):
+        if t.dtype != want:
+            raise TypeError(f"qlinear: {name} must be {want}, not {t.dtype} (quantize it first)")
+    if bias is not None and bias.dtype != torch.int32:
+        raise TypeError(f"qlinear: bias must be torch.int32 (in the product's units), not {bias.dtype}")
+    lead = x.shape[:-1]
+    a = np.ascontiguousarray(x.detach().cpu().numpy().reshape(-1, x.shape[-1]))
+    b = np.ascontiguousarray(weight.detach().cpu().numpy().T)
+    s = scale.detach().to(torch.float64).cpu().numpy()
+    c, st = session_of(chip).gemm(a, b, bias=None if bias is None else bias.detach().cpu().numpy(),
+                                  scale=s if s.ndim else float(s), relu=bool(relu))
+    _record(chip, "qlinear", "int8 epilogue", [st])
+    return torch.from_numpy(np.ascontiguousarray(c)).reshape(*lead, weight.shape[0])
+
+
+@qlinear.register_fake
+def _(x, weight, bias, scale, relu, chip):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=torch.int8)
 
 
 @torch.library.custom_op("firstlight::bmm", mutates_args=())
@@ -294,7 +324,7 @@ def _(q, k, v, is_causal, chip, recipe):
     return torch.empty_like(q)
 
 
-OPS = {"mm": mm, "addmm": addmm, "linear": linear, "bmm": bmm, "softmax": softmax, "layer_norm": layer_norm,
+OPS = {"mm": mm, "addmm": addmm, "linear": linear, "qlinear": qlinear, "bmm": bmm, "softmax": softmax, "layer_norm": layer_norm,
        "rms_norm": rms_norm, "scaled_dot_product_attention": scaled_dot_product_attention, "relu": relu,
        "gelu": gelu, "silu": silu, "add": add, "sub": sub, "mul": mul}
 """Every operator by its short name (``torch.ops.firstlight.<name>``)."""
