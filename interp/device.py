@@ -65,6 +65,11 @@ class InterpDevice(SubmitHook):
     strict_semaphores : bool
         :meth:`wait_idle` raises :class:`~interp.errors.SemaphoresLeft` when the chip is idle
         with a semaphore count above zero (the tile compiler leaves every count at zero).
+    dma_order : {"eager", "late", "random"}
+        When a DMA that may go runs (:data:`interp.machine.DMA_ORDERS`): at once; loads as late
+        as the stream allows (a unit that should have waited for a load reads the old words); or
+        any head that may move, chosen by ``seed``. Each makes a different race visible in the
+        output; the RTL's timing is one more.
 
     Attributes
     ----------
@@ -73,14 +78,14 @@ class InterpDevice(SubmitHook):
     """
 
     def __init__(self, config: ChipConfig | None = None, board: BoardConfig | None = None, revision: str = "B1", *,
-                 strict_semaphores: bool = True):
+                 strict_semaphores: bool = True, dma_order: str = "eager", seed: int = 0):
         self.config = config or ChipConfig()
         b = board or BoardConfig()
         self.board = b if b.beats else b.resolve(self.config)
         self._rev = _checked_revision(revision)
         self.timing = HostTiming()
         self.strict_semaphores = strict_semaphores
-        self.machine = Machine(self.config, self.board)
+        self.machine = Machine(self.config, self.board, dma_order, seed)
         self.dram = DramAllocator(self.board.dram_bytes, self.board.bus_bytes)
         self._scratch = 0
         self.watchdog_cycles = 1_000_000

@@ -30,10 +30,12 @@ class InterpretedRun:
     run_s: float = 0.0
 
 
-def run_job(job, kwargs: dict, *, config: ChipConfig, board: BoardConfig, revision: str) -> InterpretedRun:
+def run_job(job, kwargs: dict, *, config: ChipConfig, board: BoardConfig, revision: str, dma_order: str = "eager",
+            seed: int = 0) -> InterpretedRun:
     """Run ``job(dev, emit, **kwargs)`` on a fresh interpreted chip of ``config`` and ``board`` at
-    ``revision`` (one without defects, else :class:`~interp.errors.UnmodelledRevision`)."""
-    dev = InterpDevice(config, board, revision)
+    ``revision`` (one without defects, else :class:`~interp.errors.UnmodelledRevision`), its DMAs
+    in ``dma_order`` (InterpDevice)."""
+    dev = InterpDevice(config, board, revision, dma_order=dma_order, seed=seed)
     records: list = []
     t0 = time.perf_counter()
     value = asyncio.run(job(dev, records.append, **kwargs))

@@ -13,15 +13,17 @@ strides, ERR / ERR_CMD / ERR_COUNT / DONE_COUNT) and executes lowered command wo
 * each command executes whole when it issues, and signals its semaphores then.
 
 That is the faithful first model of the current chip (one issue stream, units that overlap only
-where semaphores let them): a kernel whose stream is race-free gives the bits the RTL gives. A
-DMA runs as soon as it reaches its queue's head and its semaphore allows (loads land early), so
-a missing wait is *not* found here (no race detection yet). A wait that no command can satisfy
-raises :class:`Deadlock` naming the commands, by their index in what was submitted.
+where semaphores let them): a kernel whose stream is race-free gives the bits the RTL gives. When
+a DMA that may go runs is ``dma_order``'s choice (eager, late, random: a racy stream's output can
+depend on it); races themselves are found by reading the stream (interp/races.py), not by running
+it. A wait that no command can satisfy raises :class:`Deadlock` naming the commands, by their
+index in what was submitted.
 """
 
 from __future__ import annotations
 
 import functools
+import random
 from collections import deque
 from dataclasses import dataclass
 
@@ -38,7 +40,11 @@ from rtl.memories import MEM, MEMORIES, Region
 from .errors import Deadlock
 from .units import matmul_fp, matmul_int8, reduce_words_to_word, vec_lanes
 
-__all__ = ["Machine", "check_command", "QUEUE_CAPACITY"]
+__all__ = ["Machine", "check_command", "QUEUE_CAPACITY", "DMA_ORDERS"]
+
+# When a DMA whose queue head may go runs (Machine.run): at once (the RTL's usual order); loads
+# as late as the stream allows and stores at once; or, seeded, any head that may move.
+DMA_ORDERS = ("eager", "late", "random")
 
 # Entries a DMA queue holds before the stream stalls on a push: its FIFO (rtl/dma.py) and the entry
 # at its head, taken out of the FIFO while it waits on its semaphore.
@@ -176,9 +182,13 @@ class Machine:
         What ERR, ERR_CMD0..3, ERR_COUNT and DONE_COUNT read.
     """
 
-    def __init__(self, config: ChipConfig, board: BoardConfig):
+    def __init__(self, config: ChipConfig, board: BoardConfig, dma_order: str = "eager", seed: int = 0):
+        if dma_order not in DMA_ORDERS:
+            raise ValueError(f"dma_order must be one of {', '.join(DMA_ORDERS)}, not {dma_order!r}")
         self.config = config
         self.board = board
+        self.dma_order = dma_order
+        self.rng = random.Random(seed)
         self.sram = {m.name: np.zeros((m.depth(config), m.width(config) // 8), np.uint8) for m in MEMORIES}
         self.dram = np.zeros(board.dram_bytes, np.uint8)
         self.sems = [0] * SEMAPHORES
@@ -222,21 +232,62 @@ class Machine:
 
     # ---- execution ----------------------------------------------------------------------------
     def run(self) -> None:
-        """Issue until nothing can move. Raises :class:`Deadlock` when the stream's head waits on
-        a semaphore (or on room in a DMA queue) that nothing queued can signal: commands
-        submitted later queue behind it and cannot help."""
-        while True:
-            moved = False
-            for q in DmaQueue:
-                while self._dma_step(q):
-                    moved = True
-            if self.stream and self._stream_step():
-                moved = True
-                continue
-            if not moved:
-                break
+        """Issue until nothing can move, in the order ``dma_order`` says. Raises
+        :class:`Deadlock` when the stream's head waits on a semaphore (or on room in a DMA queue)
+        that nothing queued can signal: commands submitted later queue behind it and cannot help."""
+        step = {"eager": self._eager_step, "late": self._late_step, "random": self._random_step}[self.dma_order]
+        while step():
+            pass
         if self.stream:
             raise Deadlock(self.describe_stuck(), self.stuck())
+
+    def _eager_step(self) -> bool:
+        """Every DMA as soon as its queue head may go, then one stream command."""
+        moved = False
+        for q in DmaQueue:
+            while self._dma_step(q):
+                moved = True
+        return bool(self.stream and self._stream_step()) or moved
+
+    def _late_step(self) -> bool:
+        """Stores as early as they may go, loads as late: a load lands only once the stream
+        cannot go on without it (its head waits on a semaphore, or on room in a queue) or has
+        nothing left. A unit command that should have waited for a load then reads the words
+        from before it, so that race shows in the output."""
+        moved = False
+        while self._dma_step(DmaQueue.STORE):
+            moved = True
+        if self.stream and self._stream_step():
+            return True
+        return self._dma_step(DmaQueue.LOAD) or moved
+
+    def _random_step(self) -> bool:
+        """One of the heads that may move, chosen by the seeded ``rng``: every interleaving the
+        semaphores allow can happen, one per seed."""
+        can = [q for q in DmaQueue if self._dma_can(q)]
+        if self.stream and self._stream_can():
+            can.append(None)
+        if not can:
+            return False
+        pick = can[self.rng.randrange(len(can))]
+        return self._stream_step() if pick is None else self._dma_step(pick)
+
+    def _dma_can(self, q: DmaQueue) -> bool:
+        queue = self.queues[q]
+        if not queue:
+            return False
+        s = queue[0].d["sync"]
+        return not s["wait"] or self.sems[s["wait_sem"]] > 0
+
+    def _stream_can(self) -> bool:
+        d = self.stream[0].d
+        if check_command(d, self.config, self.board, self.strides):
+            return True  # dropped with its error
+        if d["opcode"] in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
+            q = DmaQueue.LOAD if d["opcode"] == Opcode.DMA_LOAD else DmaQueue.STORE
+            return len(self.queues[q]) < QUEUE_CAPACITY
+        s = d["sync"]
+        return not s["wait"] or self.sems[s["wait_sem"]] > 0
 
     def _take(self, d: dict) -> bool:
         s = d["sync"]

@@ -24,6 +24,34 @@ SMALL_CHIP = ChipConfig(formats=("int8",), vector=False).with_sram_depth(64)
 VECTOR_CHIP = ChipConfig(formats=("int8",)).with_sram_depth(64)
 
 
+def _race_check(compiled, config, dram_bytes, bus_bytes, constraints) -> None:
+    """Every stream a test compiles goes through the happens-before checker (interp/races.py, issue
+    32). Streams with errata passes are left out: the checker models revision B1's chip, and an
+    erratum's workaround (FL-ME-002's stale A word) reads what that model does not know about."""
+    from dataclasses import astuple
+    from types import SimpleNamespace
+
+    from interp.races import check_compiled, format_findings
+    from kernels.tile.errata import families
+
+    if any(any(astuple(v)) for v in families(constraints).values()) or len(compiled.commands) > 20_000:
+        return
+    board = SimpleNamespace(dram_bytes=dram_bytes, bus_bytes=bus_bytes, beats=1)  # what the checks read
+    found = check_compiled(compiled, config, board)
+    if found:
+        raise AssertionError(f"the race checker flags the stream of {compiled.name}:\n{format_findings(found)}")
+
+
+def _install_race_check() -> None:
+    from kernels.tile import runtime
+
+    if _race_check not in runtime.STREAM_CHECKS:
+        runtime.STREAM_CHECKS.append(_race_check)
+
+
+_install_race_check()
+
+
 def source_module(tmp_path: Path, monkeypatch, name: str, source: str, *, register: bool = False):
     """``source`` (dedented) written as the module ``name`` in ``tmp_path`` and imported for this
     test. ``register``: also named in FIRSTLIGHT_KERNEL_MODULES, so the tile-kernel registry (and

@@ -292,8 +292,9 @@ def test_simulator_choices_come_from_the_toolchain():
     from kernels.tile.spec import registry
 
     # run attention, a run per tile-language kernel (generated from the registry, gemm and reduce
-    # among them), bench, bringup, faults campaign, numerics, errata check/measure, roofline, model, regress
-    assert len(seen) == 10 + len(registry()), seen
+    # among them), bench, bringup, faults campaign, numerics, errata check/measure, mutants, roofline,
+    # model, regress
+    assert len(seen) == 11 + len(registry()), seen
     assert {("run", name) for name in registry()} <= set(seen), seen
 
 

@@ -24,7 +24,7 @@ from firstlight.errors import (
     interrupt_signals,
 )
 
-from . import bench, bringup, cache, doctor, errata, faults, model, numerics, regress, roofline, run, sweep
+from . import bench, bringup, cache, doctor, errata, faults, model, mutants, numerics, regress, roofline, run, sweep
 from .common import CREATED_FOLDERS, check_outputs, console, err_console, remove_created_folders
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # In the order ``firstlight --help`` lists them.
-COMMANDS = (run, bench, roofline, bringup, faults, numerics, errata, model, sweep, regress, cache, doctor)
+COMMANDS = (run, bench, roofline, bringup, faults, numerics, errata, mutants, model, sweep, regress, cache, doctor)
 
 EPILOG = """\
 examples:
@@ -52,6 +52,8 @@ examples:
   firstlight bringup --inject sram:ACC:stuck1:addr=5:bit=70   the checklist on a chip with a bad cell
   firstlight numerics --report out                       SQNR of every FP8/MX/int8 recipe, PNG plot
   firstlight errata list --rev A0                        what each erratum means for a revision
+  firstlight run softmax --interpret                     the same kernel on the interpreter: no build
+  firstlight mutants --kernel softmax --sample 40        the race checker scored against the RTL
   firstlight model mlp --recipe int8-channel             a PyTorch model through torch.compile on the chip
   firstlight sweep run examples/sweep-small.toml         a design-space sweep on a local Dask cluster
   firstlight regress --sim verilator --seeds 1 2         checklist + kernels over revisions x sims x seeds

@@ -53,7 +53,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="run on the interpreter instead of a simulator: the same compiled stream on a numpy model "
                         "of the chip (interp/, docs/interpret.md), in about a second and with no build; the same "
                         "bits as the RTL, but no cycles (no timing model yet) and no trace or waveform. It models "
-                        "revisions without defects only (B1, its default)")
+                        "revisions without defects only (B1, its default). It also checks the stream for races "
+                        "(interp/races.py) and fails the run on any")
+    p.add_argument("--dma-order", choices=("eager", "late", "random"), default=None,
+                   help="with --interpret: when a DMA that may go runs: at once (eager, the default), loads as late "
+                        "as the stream allows (late: a command that should have waited for a load reads the old "
+                        "words), or any head that may move, chosen by --seed (random). A stream with a race can pass "
+                        "in one order and fail in another; the race check finds it in any")
     add_array_option(p, help="systolic array size, e.g. 4x4 (default) or 8x8")
     add_seed_option(p, help="seed for the random operands (default: 1)")
     add_json_option(p, help="also write the result as JSON")
@@ -190,6 +196,9 @@ def cmd(args) -> int:
         args.rev = args.rev or "B1"
         _check_interpretable(args)
     else:
+        if args.dma_order is not None:
+            raise CannotStart("--dma-order orders the interpreter's DMAs: it needs --interpret (the RTL's order is "
+                              "its own timing)")
         args.rev = args.rev or "A0"
         args.sim = args.sim or DEFAULT_SIM
         require_sim(args.sim)
@@ -213,7 +222,7 @@ def cmd(args) -> int:
     if args.interpret:
         console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "
                             f"interpreted, revision {args.rev}, seed {args.seed}"))
-        return _interpret_and_report(args, job, kwargs, variant)
+        return _interpret_and_report(args, job, kwargs, variant, compiled)
     console.print(plain((f"firstlight run {args.kernel}", "bold"), f" {shape} on a {cfg.rows}x{cfg.cols} array, "
                         f"{args.sim}, revision {args.rev}, seed {args.seed}"))
     # the job's folder: the waveform's (kept), or one in the system temp directory, removed when
@@ -225,12 +234,18 @@ def cmd(args) -> int:
     return code
 
 
-def _interpret_and_report(args, job, kwargs: dict, variant) -> int:
-    """The run on the interpreter: the result against the golden, what the stream moved and
-    computed, and the interpreter's own time; no cycles, which it does not model."""
+def _interpret_and_report(args, job, kwargs: dict, variant, compiled) -> int:
+    """The run on the interpreter: the race check of its stream, the result against the golden,
+    what the stream moved and computed, and the interpreter's own time; no cycles, which it does
+    not model."""
     from interp.jobs import run_job
+    from interp.races import check_compiled
 
-    res = run_job(job, kwargs, config=variant.config, board=variant.resolved_board, revision=args.rev)
+    t0 = time.perf_counter()
+    findings = check_compiled(compiled, variant.config, variant.resolved_board)
+    check_s = time.perf_counter() - t0
+    res = run_job(job, kwargs, config=variant.config, board=variant.resolved_board, revision=args.rev,
+                  dma_order=args.dma_order or "eager", seed=args.seed)
     v = res.value
     st = v["stats"]
     host = st.get("host", {})
@@ -238,7 +253,8 @@ def _interpret_and_report(args, job, kwargs: dict, variant) -> int:
            "revision": st["revision"], "seed": args.seed, "passed": v["passed"], "mismatch": v["mismatch"],
            "cycles": None, "dram_bytes": st.get("dram_bytes"), "compulsory_bytes": st.get("compulsory_bytes"),
            "macs_issued": st.get("macs_issued"), "commands": host.get("commands"),
-           "mitigations": st.get("mitigations", []), "interpret_s": res.run_s, "stats": st}
+           "mitigations": st.get("mitigations", []), "interpret_s": res.run_s, "stats": st,
+           "dma_order": args.dma_order or "eager", "races": [str(f) for f in findings]}
     if "sqnr_db" in v:
         out["sqnr_db"] = v["sqnr_db"]
     t = Table(show_header=False, box=None)
@@ -246,6 +262,11 @@ def _interpret_and_report(args, job, kwargs: dict, variant) -> int:
                      else plain(("FAIL", "red"), f" {describe_mismatch(v['mismatch'])}")))
     if v.get("sqnr_db") is not None:
         t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
+    t.add_row(*cells("races", plain(("none", "green"), f" (happens-before check of {len(compiled.commands):,} "
+                                     f"commands, {check_s:.2f} s)") if not findings else
+                     plain(("FOUND ", "red"), f"{len(findings)}; the first: {findings[0]}")))
+    t.add_row(*cells("DMA order", f"{args.dma_order or 'eager'}" + (f" (seed {args.seed})"
+                                                                       if args.dma_order == "random" else "")))
     t.add_row(*cells("cycles", "not modelled: the interpreter has no timing model yet; run without --interpret "
                      "for the RTL's cycles"))
     if host.get("commands") is not None:
@@ -263,7 +284,7 @@ def _interpret_and_report(args, job, kwargs: dict, variant) -> int:
 
         args.json.write_text(json.dumps(with_provenance(out, None, args.command_line), indent=2))
         console.print(plain(f"wrote {args.json}"))
-    return EXIT_OK if v["passed"] else EXIT_FAIL
+    return EXIT_OK if v["passed"] and not findings else EXIT_FAIL
 
 
 def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) -> int:

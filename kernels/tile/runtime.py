@@ -107,7 +107,15 @@ def _build(name, fn, config, tensors, params, t0, *, dram_bytes, bus_bytes, cons
     if c is None:
         return None
     c.compile_s = time.perf_counter() - t0
+    for check in STREAM_CHECKS:
+        check(c, config, dram_bytes, bus_bytes, constraints)
     return c
+
+
+# Called with (compiled, config, dram_bytes, bus_bytes, constraints) on every stream ``build``
+# lowers: the test suite puts the interpreter's happens-before checker here (tests/conftest.py),
+# so every kernel any test compiles is checked for races (kernels cannot import interp/).
+STREAM_CHECKS: list = []
 
 
 def _link_scales(specs: list[TensorSpec], decls: list) -> None:
