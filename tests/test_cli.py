@@ -447,6 +447,26 @@ def test_run_hands_the_job_function_and_its_policy(fake_jobs, tmp_path, capsys):
                                                                             "errata_policy": {}}
 
 
+def test_the_default_bench_runs_icarus_only_where_it_is_quick_and_says_so(fake_jobs, monkeypatch, capsys):
+    """issue 38: the default bench spent 323 of ~420 s on four Icarus rows (128^3 and 4x512x512)
+    whose cycles equal Verilator's. Icarus now stops at 64^3 without --shapes, and says what it skipped."""
+    from types import SimpleNamespace
+
+    from cosim import build
+    from firstlight.cli import bench
+    from firstlight.jobs import kernels as kernel_jobs
+
+    monkeypatch.setattr(build, "build_simulator", lambda variant, sim: SimpleNamespace(first_build_s=2.0, build_s=0.01))
+    monkeypatch.setattr(bench, "available_simulators", lambda: {"verilator": object(), "icarus": object()})
+    monkeypatch.setattr(bench, "row_kernel_cases", lambda *a, **k: ([], []))
+    assert cli.main(["bench", "--session-calls", "0"]) == cli.EXIT_OK
+    shapes = {kw["sim"]: kwargs["shapes"] for fn, kwargs, kw in fake_jobs if fn is kernel_jobs.bench_job}
+    assert shapes["verilator"] == [list(map(int, s.split("x"))) for s in bench.DEFAULT_SHAPES]
+    assert shapes["icarus"] == [[16, 16, 16], [32, 32, 32], [64, 64, 64]]
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "icarus: skipping 128x128x128, 256x256x256, 4x512x512 (over 64^3 MACs" in out, out
+
+
 def test_bench_hands_the_shapes_to_one_job(fake_jobs, monkeypatch, tmp_path, capsys):
     from types import SimpleNamespace
 
