@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, field
 
 from cosim.build import Variant
-from interp.races import check_compiled, check_stream, mutants
+from interp.races import apply_mutant, check_compiled, mutants
 from kernels.tile.spec import registry
 from rtl.board import BoardConfig
 from rtl.config import ChipConfig
@@ -94,16 +94,11 @@ def score(todo: list[Case], *, sim: str = "verilator", seed: int = 1, sample: in
         compiled = spec.compile(c.params, config, board)
         c.commands = len(compiled.commands)
         c.unmutated_flagged = [str(f) for f in check_compiled(compiled, config, board)]
-        lines = [compiled.ops[o].line if o >= 0 else "(compiler)" for o in compiled.cmd_ops]
-        host = [(t.dram, t.dram + t.nbytes) for t in compiled.tensors if t.role in ("in", "const", "scratch")]
         every = mutants(compiled.commands)
         if sample is not None and sample < len(every):
             every = sorted(rng.sample(every, sample), key=lambda m: m[1])
-        from interp.races import apply_mutant
-
         for kind, i in every:
-            found = check_stream(apply_mutant(compiled.commands, kind, i), config, board, lines=lines,
-                                 initialised_dram=host)
+            found = check_compiled(compiled, config, board, apply_mutant(compiled.commands, kind, i))
             c.mutants.append((kind, i, bool(found), str(found[0]) if found else None))
         res = run_job(mutants_job, {"kernel": c.kernel, "params": c.params, "seed": seed,
                                     "mutants": [[k, i] for k, i in every]},

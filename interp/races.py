@@ -357,13 +357,15 @@ def format_findings(findings: list[Finding], limit: int = 20) -> str:
     return "\n".join(lines)
 
 
-def check_compiled(compiled, config: ChipConfig, board: BoardConfig | None = None) -> list[Finding]:
-    """:func:`check_stream` of a tile-compiled kernel (a ``kernels.tile.compiler.Compiled``): each
-    finding names the kernel source lines, and DRAM reads are checked against the tensors the
-    runtime writes before the stream (inputs, constants, scratch)."""
+def check_compiled(compiled, config: ChipConfig, board: BoardConfig | None = None, commands=None) -> list[Finding]:
+    """:func:`check_stream` of a tile-compiled kernel (a ``kernels.tile.compiler.Compiled``), or of
+    ``commands`` in its place (a mutant of its stream, command for command): each finding names
+    the kernel source lines, and DRAM reads are checked against the tensors the runtime writes
+    before the stream (inputs, constants, scratch)."""
     lines = [compiled.ops[o].line if o >= 0 else "(compiler)" for o in compiled.cmd_ops]
     host = [(t.dram, t.dram + t.nbytes) for t in compiled.tensors if t.role in ("in", "const", "scratch")]
-    return check_stream(compiled.commands, config, board, lines=lines, initialised_dram=host)
+    return check_stream(compiled.commands if commands is None else commands, config, board, lines=lines,
+                        initialised_dram=host)
 
 
 # ---- mutants: the checker's score (firstlight mutants) ------------------------------------------

@@ -234,6 +234,16 @@ def cmd(args) -> int:
     return code
 
 
+def _result_table(v: dict) -> Table:
+    """The report's first rows, on the RTL and on the interpreter: the verdict and the SQNR."""
+    t = Table(show_header=False, box=None)
+    t.add_row(*cells("result", plain(("PASS", "green"), " (bit-exact vs golden)") if v["passed"]
+                     else plain(("FAIL", "red"), f" {describe_mismatch(v['mismatch'])}")))
+    if v.get("sqnr_db") is not None:
+        t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
+    return t
+
+
 def _interpret_and_report(args, job, kwargs: dict, variant, compiled) -> int:
     """The run on the interpreter: the race check of its stream, the result against the golden,
     what the stream moved and computed, and the interpreter's own time; no cycles, which it does
@@ -257,11 +267,7 @@ def _interpret_and_report(args, job, kwargs: dict, variant, compiled) -> int:
            "dma_order": args.dma_order or "eager", "races": [str(f) for f in findings]}
     if "sqnr_db" in v:
         out["sqnr_db"] = v["sqnr_db"]
-    t = Table(show_header=False, box=None)
-    t.add_row(*cells("result", plain(("PASS", "green"), " (bit-exact vs golden)") if v["passed"]
-                     else plain(("FAIL", "red"), f" {describe_mismatch(v['mismatch'])}")))
-    if v.get("sqnr_db") is not None:
-        t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
+    t = _result_table(v)
     t.add_row(*cells("races", plain(("none", "green"), f" (happens-before check of {len(compiled.commands):,} "
                                      f"commands, {check_s:.2f} s)") if not findings else
                      plain(("FOUND ", "red"), f"{len(findings)}; the first: {findings[0]}")))
@@ -331,11 +337,7 @@ def _run_and_report(args, job, kwargs: dict, variant, work: Path, shape: str) ->
     }
     if "sqnr_db" in v:  # kernels with an fp32 result: error against the float64 mathematics
         out["sqnr_db"] = v["sqnr_db"]
-    t = Table(show_header=False, box=None)
-    t.add_row(*cells("result", plain(("PASS", "green"), " (bit-exact vs golden)") if v["passed"]
-                     else plain(("FAIL", "red"), f" {describe_mismatch(v['mismatch'])}")))
-    if v.get("sqnr_db") is not None:
-        t.add_row(*cells("SQNR vs float64", f"{v['sqnr_db']:.1f} dB"))
+    t = _result_table(v)
     t.add_row(*cells("cycles", f"{st['cycles']:,}"))
     t.add_row(*cells("ideal cycles", f"{st['ideal_cycles']:,}  (roofline: {cfg.rows * cfg.cols} MACs/cycle)"
                      if st.get("useful_macs") else

@@ -12,23 +12,26 @@ from kernels.tile.spec import get, run_spec
 from .checks import first_mismatch
 from .traced import traced as _traced
 
-__all__ = ["tile_job", "tile_cases_job", "compare", "shape_label"]
+__all__ = ["tile_job", "tile_cases_job", "compare", "golden_mismatch", "shape_label"]
+
+
+def golden_mismatch(spec, p: dict, ins: dict, outs: dict, lanes: int, plan: dict | None = None) -> dict | None:
+    """The first output word that differs from the golden's bits (with its tensor), or None.
+    ``plan``: what the kernel's ``kernel_args`` chose (KernelStats.plan), which the golden sees too."""
+    want = spec.golden(ins, {**p, **{k: v for k, v in (plan or {}).items() if k in p}}, lanes)
+    for name, w in want.items():
+        m = first_mismatch(outs[name].view(np.uint32), np.ascontiguousarray(w).view(np.uint32))
+        if m is not None:
+            return {**m, "tensor": name}
+    return None
 
 
 def compare(spec, p: dict, ins: dict, outs: dict, lanes: int, plan: dict | None = None
             ) -> tuple[dict | None, float | None]:
-    """(first mismatch against the golden, bit for bit, or None; SQNR in dB against the reference).
-    ``plan``: what the kernel's ``kernel_args`` chose (KernelStats.plan), which the golden sees too."""
+    """(:func:`golden_mismatch`; SQNR in dB against the reference)."""
     from golden.metrics import sqnr_db
 
-    want = spec.golden(ins, {**p, **{k: v for k, v in (plan or {}).items() if k in p}}, lanes)
-    mismatch = None
-    for name, w in want.items():
-        got = outs[name]
-        m = first_mismatch(got.view(np.uint32), np.ascontiguousarray(w).view(np.uint32))
-        if m is not None:
-            mismatch = {**m, "tensor": name}
-            break
+    mismatch = golden_mismatch(spec, p, ins, outs, lanes, plan)
     sq = None
     if spec.reference is not None:
         ref = spec.reference(ins, p)

@@ -148,12 +148,6 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _known_revisions():
-    from rtl.revisions import REVISIONS
-
-    return REVISIONS
-
-
 def _variant(rev: str, array, config, formats, vector, sram_depth, board):
     from dataclasses import replace
 
@@ -252,19 +246,20 @@ class Session:
         from workarounds import parse_policy
 
         self.interpreted = bool(interpret)
-        if self.interpreted:
-            from interp import MODELLED_REVISIONS
-
-            rev = rev or "B1"
-            if str(rev).strip().upper() not in MODELLED_REVISIONS and str(rev).strip().upper() in _known_revisions():
-                raise ValueError(f"interpret=True models revisions without defects ({', '.join(MODELLED_REVISIONS)}), "
-                                 f"not {rev}: its defects change what the chip computes, and the interpreter would "
-                                 f"compute the fixed chip instead; open {rev} on a simulator (interpret=False)")
-        else:
+        if not self.interpreted:
             if sim not in SIMULATORS:
                 raise ValueError(f"unknown simulator {sim!r}; accepted: {', '.join(SIMULATORS)}")
             find_simulator(sim)  # SimulatorMissing says how to install it, before the build
-        self.variant = _variant(rev or "A0", array, config, formats, vector, sram_depth, board)
+        self.variant = _variant(rev or ("B1" if self.interpreted else "A0"), array, config, formats, vector,
+                                sram_depth, board)
+        if self.interpreted:
+            from interp import MODELLED_REVISIONS
+
+            if self.variant.revision not in MODELLED_REVISIONS:
+                raise ValueError(f"interpret=True models revisions without defects ({', '.join(MODELLED_REVISIONS)}), "
+                                 f"not {self.variant.revision}: its defects change what the chip computes, and the "
+                                 f"interpreter would compute the fixed chip instead; open it on a simulator "
+                                 "(interpret=False)")
         self.sim = "interpreter" if self.interpreted else sim
         if errata is not None and not isinstance(errata, (dict, list, tuple)):
             raise TypeError(f"errata is a policy such as {{'FL-ME-002': 'off'}} or ['FL-ME-002=off'], "
